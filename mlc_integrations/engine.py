@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Optional, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
@@ -116,6 +116,7 @@ class MLCEngine:
         max_prompt_chars: int = 8192,
         max_response_bytes: int = 4 * 1024 * 1024,
         n_candidates: int = 16,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if l2_threshold is not None:
             l2_image_threshold = l2_prompt_threshold = l2_threshold
@@ -154,6 +155,7 @@ class MLCEngine:
         self.max_prompt_chars = max_prompt_chars
         self.max_response_bytes = max_response_bytes
         self.n_candidates = n_candidates
+        self._clock = clock  # wall-clock seconds; injectable so TTL tests need no sleeping
 
         self._clip_spec = ClipSpec.parse(clip_model, clip_pretrained) if clip_model is not None else None
         self._l2_off_reason: Optional[str] = None if self.enable_l2 else "disabled"
@@ -311,7 +313,7 @@ class MLCEngine:
 
     def _lookup(self, request: CacheRequest) -> Optional[Hit]:
         kr = self.key(request)
-        now = time.time()
+        now = self._clock()
         for tier, enabled, fn in (
             ("L0.5", self.enable_exact, self._lookup_exact),
             ("L1", self.enable_l1 and kr.embeddable and bool(kr.norm_text), self._lookup_l1),
@@ -497,7 +499,7 @@ class MLCEngine:
             raise PayloadError(f"response payload is not JSON-serializable: {exc}") from exc
         if len(doc.encode("utf-8", "surrogatepass")) > self.max_response_bytes:
             raise PayloadError(f"response is larger than max_response_bytes={self.max_response_bytes}")
-        now = time.time()
+        now = self._clock()
         ttl = ttl if ttl is not None else self.ttl
         expires_at = now + ttl if ttl else _NO_EXPIRY
         base = {
@@ -544,7 +546,7 @@ class MLCEngine:
             return
         with self._evict_lock:
             res = self.store.call("get all", lambda: self.store.collection("exact").get(include=["metadatas"]))
-            now = time.time()
+            now = self._clock()
             with self._access_lock:
                 access = dict(self._access)
             rows = []
@@ -571,7 +573,7 @@ class MLCEngine:
 
     def purge_expired(self) -> int:
         """Delete every expired entry now (lookups already ignore them). Returns the count."""
-        now = time.time()
+        now = self._clock()
         res = self.store.call("get expired", lambda: self.store.collection("exact").get(
             where={"expires_at": {"$lte": now}}, include=[]))
         ids = list(res["ids"])

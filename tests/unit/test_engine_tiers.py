@@ -1,0 +1,175 @@
+"""Each tier's hit and refusal, scope/namespace isolation, context, thresholds."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+
+from mlc_integrations import CacheRequest, ImageRef, MLCEngine, image_digest
+from tests.helpers import jpeg_bytes, pattern, png_bytes, solid
+
+RED = solid((220, 30, 30))
+BLUE = solid((30, 30, 220))
+
+
+def req(text: str, images=(), **kw) -> CacheRequest:
+    kw.setdefault("scope", "model-a")
+    return CacheRequest(text=text, images=list(images), **kw)
+
+
+def test_exact_hit_normalizes_text_and_ignores_png_encoding(make_engine) -> None:
+    eng = make_engine(enable_l1=False, enable_l2=False)
+    img = pattern(1)
+    eng.update(req("What color is the shape?", [img]), {"a": "red"})
+    # Same pixels saved with different compression and metadata, text with case/space/NFKC changes.
+    from PIL import PngImagePlugin
+
+    info = PngImagePlugin.PngInfo()
+    info.add_text("Comment", "re-saved")
+    resaved = png_bytes(img, compress_level=0, pnginfo=info)
+    assert resaved != png_bytes(img, compress_level=9)
+    hit = eng.lookup(req("  what  COLOR is the shape？ ", [resaved]))  # full-width ? folds by NFKC
+    assert hit is not None and hit.tier == "L0.5" and hit.payload == {"a": "red"}
+    data_url = "data:image/png;base64," + base64.b64encode(resaved).decode()
+    assert eng.lookup(req("What color is the shape?", [data_url])).tier == "L0.5"
+    assert eng.lookup(req("What color is the shape?", [pattern(2)])) is None
+
+
+def test_exact_key_uses_pixels_not_file_names(make_engine, tmp_path) -> None:
+    eng = make_engine(enable_l1=False, enable_l2=False)
+    a, b = tmp_path / "a.png", tmp_path / "b.png"
+    a.write_bytes(png_bytes(pattern(3)))
+    b.write_bytes(png_bytes(pattern(3), compress_level=1))
+    eng.update(req("describe", [str(a)]), "x")
+    assert eng.lookup(req("describe", [b])).tier == "L0.5"
+    # same file name, different picture: no hit
+    a.write_bytes(png_bytes(pattern(4)))
+    assert eng.lookup(req("describe", [str(a)])) is None
+    assert image_digest(str(b)) == image_digest(pattern(3))
+
+
+def test_l1_paraphrase_same_picture_hits_different_picture_refused(make_engine) -> None:
+    eng = make_engine(enable_l2=False)
+    eng.update(req("What color is the shape?", [RED]), "red")
+    hit = eng.lookup(req("What is the color of the shape?", [png_bytes(RED)]))
+    assert hit is not None and hit.tier == "L1"
+    assert hit.scores["text"] >= hit.thresholds["text"] == eng.l1_threshold
+    assert hit.matched_text == "What color is the shape?"
+    assert eng.lookup(req("What is the color of the shape?", [BLUE])) is None
+    assert eng.lookup(req("What is the color of the shape?")) is None  # no image vs image
+
+
+def test_l1_threshold_and_switch_off(make_engine) -> None:
+    strict_t = make_engine(enable_l2=False, l1_threshold=0.999)
+    strict_t.update(req("What color is the shape?"), "red")
+    assert strict_t.lookup(req("What is the color of the shape?")) is None
+    off = make_engine(enable_l1=False, enable_l2=False)
+    off.update(req("What color is the shape?"), "red")
+    assert off.lookup(req("What is the color of the shape?")) is None
+    assert off.stats()["tiers"]["L1"]["skipped"] == 1
+
+
+def test_l2_requires_both_image_and_prompt(make_engine) -> None:
+    # The tiny random CLIP is only plumbing: thresholds are set so that identical
+    # pictures pass and the test controls the prompt side.
+    eng = make_engine(enable_exact=False, enable_l1=False, l2_image_threshold=0.999, l2_prompt_threshold=0.9)
+    img = pattern(5)
+    eng.update(req("What color is the shape?", [img]), "red")
+    hit = eng.lookup(req("What is the color of the shape?", [img]))
+    assert hit is not None and hit.tier == "L2"
+    assert set(hit.scores) == {"image", "prompt"} and hit.scores["image"] >= 0.999
+    # same wording, different picture: image side fails on its own
+    assert eng.lookup(req("What color is the shape?", [pattern(6)])) is None
+    # same picture, unrelated wording: prompt side fails on its own
+    assert eng.lookup(req("How many legs does a spider have?", [img])) is None
+
+
+def test_l2_several_images_each_must_match(make_engine) -> None:
+    eng = make_engine(enable_exact=False, enable_l1=False, l2_image_threshold=0.999, l2_prompt_threshold=0.9)
+    a, b, c = pattern(7), pattern(8), pattern(9)
+    eng.update(req("Are these the same?", [a, b]), "no")
+    assert eng.lookup(req("Are these the same?", [a, b])).tier == "L2"
+    assert eng.lookup(req("Are these the same?", [a, c])) is None
+    assert eng.lookup(req("Are these the same?", [a])) is None
+
+
+def test_l2_off_when_clip_cannot_load_keeps_serving(make_engine, tmp_path, caplog) -> None:
+    eng = make_engine(clip_model=str(tmp_path / "missing-clip-dir"))
+    eng.update(req("What color is the shape?", [RED]), "red")
+    assert eng.lookup(req("What is the color of the shape?", [RED])).tier == "L1"
+    assert eng.stats()["config"]["tiers"]["L2"].startswith("off")
+
+
+def test_cheapest_first_and_stats_add_up(make_engine) -> None:
+    eng = make_engine()
+    eng.update(req("What color is the shape?", [RED]), "red")
+    assert eng.lookup(req("What color is the shape?", [RED])).tier == "L0.5"
+    assert eng.lookup(req("What is the color of the shape?", [RED])).tier == "L1"
+    assert eng.lookup(req("Name the capital of Peru", [RED])) is None
+    st = eng.stats()
+    assert st["lookups"] == 3 and st["hits"] == 2 and st["misses"] == 1
+    assert st["tiers"]["L0.5"] == {"hit": 1, "miss": 2}
+    assert st["tiers"]["L1"]["hit"] == 1
+    assert {"p50", "p90", "p99"} <= set(st["latency_ms"]["lookup"])
+    assert st["entries"] == 1
+
+
+@pytest.mark.parametrize("field,other", [("scope", {"scope": "model-b"}), ("namespace", {"namespace": "tenant-b"})])
+def test_scope_and_namespace_isolation(make_engine, field, other) -> None:
+    eng = make_engine(l2_image_threshold=0.5, l2_prompt_threshold=0.5)
+    eng.update(req("What color is the shape?", [RED], namespace="tenant-a"), "red")
+    probe = dict(scope="model-a", namespace="tenant-a")
+    probe.update(other)
+    for text in ("What color is the shape?", "What is the color of the shape?"):
+        assert eng.lookup(CacheRequest(text=text, images=[RED], **probe)) is None
+
+
+def test_neighbour_from_other_scope_never_hides_a_hit(make_engine) -> None:
+    eng = make_engine(enable_l2=False)
+    # Many near-identical entries in other scopes, one valid entry in ours.
+    for i in range(40):
+        eng.update(req("What color is the shape?", scope=f"other-{i}"), f"wrong-{i}")
+    eng.update(req("What is the color of the shape?", scope="mine"), "right")
+    hit = eng.lookup(req("What color is the shape?", scope="mine"))
+    assert hit is not None and hit.payload == "right"
+
+
+def test_context_is_compared_exactly(make_engine) -> None:
+    eng = make_engine()
+    ctx1 = [{"role": "user", "content": [{"type": "text", "text": "Look at this"}, {"type": "image", "image": RED}]},
+            {"role": "assistant", "content": "A red square."}]
+    eng.update(req("Is it round?", context=ctx1), "no")
+    same_ctx = [{"role": "user", "content": [{"type": "text", "text": "Look at this"}, {"type": "image", "image": png_bytes(RED)}]},
+                {"role": "assistant", "content": "A red square."}]
+    assert eng.lookup(req("Is it round?", context=same_ctx)).tier == "L0.5"
+    other_img = [{"role": "user", "content": [{"type": "text", "text": "Look at this"}, {"type": "image", "image": BLUE}]},
+                 {"role": "assistant", "content": "A red square."}]
+    assert eng.lookup(req("Is it round?", context=other_img)) is None
+    assert eng.lookup(req("Is it round?")) is None
+
+
+def test_remote_url_keyed_by_string_not_fetched(make_engine) -> None:
+    eng = make_engine()
+    url = "https://example.invalid/cat.png"
+    eng.update(req("What is this?", [url]), "a cat")
+    assert eng.lookup(req("What is this?", [ImageRef(url)])).tier == "L0.5"
+    assert eng.lookup(req("What is this?", ["https://example.invalid/dog.png"])) is None
+    # L2 is never attempted for a remote image (nothing to embed); L1 still applies
+    hit = eng.lookup(req("What's this?", [url]))
+    assert hit is None or hit.tier == "L1"
+
+
+def test_jpeg_reencode_is_not_an_exact_match(make_engine) -> None:
+    """JPEG changes pixels: exact tier refuses; L2 is where near-duplicates are found."""
+    eng = make_engine(enable_l1=False, enable_l2=False)
+    img = pattern(10, (128, 128))
+    eng.update(req("describe", [img]), "x")
+    assert eng.lookup(req("describe", [jpeg_bytes(img, 75)])) is None
+
+
+def test_invalid_thresholds_rejected() -> None:
+    with pytest.raises(ValueError):
+        MLCEngine(l1_threshold=1.5, clip_model=None)
+    with pytest.raises(ValueError):
+        MLCEngine(l2_prompt_encoder="bogus", clip_model=None)
