@@ -1,0 +1,568 @@
+"""CachedMultiModalLLM with real llama-index-core objects: every endpoint, image forms,
+legacy image_documents, scope, streams, fail-open.
+
+The inner LLM is a small ``CustomLLM`` that really looks at the picture (its dominant
+colour) and the question, and counts every call it receives.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+from typing import Any, AsyncGenerator, Optional, Sequence
+
+import pytest
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    CompletionResponse,
+    CompletionResponseGen,
+    ImageBlock,
+    LLMMetadata,
+    MessageRole,
+    TextBlock,
+)
+from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.llms import CustomLLM
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.llm import ToolSelection
+from llama_index.core.schema import ImageDocument, ImageNode
+from PIL import Image
+
+from mlc_integrations import ImageDecodeError, InvalidRequestError
+from mlc_integrations.llamaindex import CachedFunctionCallingLLM, CachedMultiModalLLM, llm_scope
+from tests.helpers import pattern, png_bytes, solid
+
+RED = solid((220, 30, 30))
+BLUE = solid((30, 30, 220))
+QUESTION = "What color is the shape?"
+PARAPHRASE = "What is the color of the shape?"
+
+
+def colour_name(img: Image.Image) -> str:
+    r, g, b = img.convert("RGB").resize((1, 1)).getpixel((0, 0))
+    return {0: "red", 1: "green", 2: "blue"}[max(range(3), key=lambda i: (r, g, b)[i])]
+
+
+def describe(messages: Sequence[ChatMessage]) -> str:
+    """The fake model's answer: colours of the last user message's pictures + its question."""
+    user = [m for m in messages if m.role == MessageRole.USER][-1]
+    seen = []
+    for block in user.blocks:
+        if isinstance(block, ImageBlock):
+            if block.image is not None or block.path is not None or str(block.url or "").startswith("data:"):
+                seen.append(colour_name(Image.open(block.resolve_image())))
+            else:  # never fetch: a remote picture is described by its address
+                seen.append(f"picture at {block.url}")
+    question = " ".join(b.text for b in user.blocks if isinstance(b, TextBlock))
+    return f"I see {', '.join(seen) or 'no picture'}. You asked: {question}"
+
+
+class StreamBroke(RuntimeError):
+    pass
+
+
+class VisionEchoLLM(CustomLLM):
+    """A multimodal test LLM that answers from the image and the text and counts calls."""
+
+    model: str = "vision-echo-1"
+    temperature: float = 0.0
+    api_key: str = Field(default="sk-test-secret", description="must never reach the scope")
+    fail_stream_after: Optional[int] = None
+    _calls: list = PrivateAttr(default_factory=list)
+
+    @property
+    def calls(self) -> list[str]:
+        return self._calls
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "VisionEchoLLM"
+
+    @property
+    def metadata(self) -> LLMMetadata:
+        return LLMMetadata(model_name=self.model, is_chat_model=True, context_window=4096)
+
+    def _pieces(self, text: str) -> list[str]:
+        return re.findall(r"\S+\s*", text)
+
+    def _chat_stream(self, text: str) -> ChatResponseGen:
+        so_far = ""
+        for i, piece in enumerate(self._pieces(text)):
+            if self.fail_stream_after is not None and i >= self.fail_stream_after:
+                raise StreamBroke("connection reset mid-stream")
+            so_far += piece
+            yield ChatResponse(message=ChatMessage(role="assistant", content=so_far), delta=piece,
+                               raw={"chunk": i})
+
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        self._calls.append("chat")
+        text = describe(messages)
+        return ChatResponse(
+            message=ChatMessage(role="assistant", content=text, additional_kwargs={"model": self.model}),
+            raw={"id": "resp-1"},
+            additional_kwargs={"usage": {"prompt_tokens": 12, "completion_tokens": len(text.split())}},
+        )
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        self._calls.append("achat")
+        return ChatResponse(message=ChatMessage(role="assistant", content=describe(messages)))
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        self._calls.append("stream_chat")
+        return self._chat_stream(describe(messages))
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
+        self._calls.append("astream_chat")
+        text = describe(messages)
+
+        async def gen() -> AsyncGenerator[ChatResponse, None]:
+            for chunk in self._chat_stream(text):
+                yield chunk
+
+        return gen()
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        self._calls.append("complete")
+        return CompletionResponse(text=f"Completion of: {prompt}")
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        self._calls.append("stream_complete")
+        text = f"Completion of: {prompt}"
+
+        def gen() -> CompletionResponseGen:
+            so_far = ""
+            for i, piece in enumerate(self._pieces(text)):
+                if self.fail_stream_after is not None and i >= self.fail_stream_after:
+                    raise StreamBroke("connection reset mid-stream")
+                so_far += piece
+                yield CompletionResponse(text=so_far, delta=piece)
+
+        return gen()
+
+    @llm_completion_callback()
+    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        self._calls.append("acomplete")
+        return CompletionResponse(text=f"Completion of: {prompt}")
+
+
+def user(question: str, *images: Any) -> list[ChatMessage]:
+    blocks: list[Any] = [ImageBlock(image=png_bytes(im)) if isinstance(im, Image.Image) else im for im in images]
+    blocks.append(TextBlock(text=question))
+    return [ChatMessage(role="user", blocks=blocks)]
+
+
+def image_doc(img: Image.Image) -> ImageDocument:
+    return ImageDocument(image=base64.b64encode(png_bytes(img)).decode())
+
+
+MODES = ["chat", "achat", "stream_chat", "astream_chat", "complete", "acomplete", "stream_complete", "astream_complete"]
+
+
+async def ask(llm: CachedMultiModalLLM, mode: str, question: str, img: Image.Image) -> str:
+    """One call through ``mode``; chat modes send an ImageBlock, complete modes the
+    legacy ``image_documents``. Streams are consumed and their deltas joined."""
+    msgs = user(question, img)
+    docs = [image_doc(img)]
+    if mode == "chat":
+        return llm.chat(msgs).message.content
+    if mode == "achat":
+        return (await llm.achat(msgs)).message.content
+    if mode == "complete":
+        return llm.complete(question, image_documents=docs).text
+    if mode == "acomplete":
+        return (await llm.acomplete(question, image_documents=docs)).text
+    if mode == "stream_chat":
+        chunks = list(llm.stream_chat(msgs))
+        text = chunks[-1].message.content
+    elif mode == "stream_complete":
+        chunks = list(llm.stream_complete(question, image_documents=docs))
+        text = chunks[-1].text
+    elif mode == "astream_chat":
+        chunks = [c async for c in await llm.astream_chat(msgs)]
+        text = chunks[-1].message.content
+    else:
+        chunks = [c async for c in await llm.astream_complete(question, image_documents=docs)]
+        text = chunks[-1].text
+    assert "".join(c.delta or "" for c in chunks) == text
+    return text
+
+
+@pytest.fixture
+def inner() -> VisionEchoLLM:
+    return VisionEchoLLM()
+
+
+@pytest.fixture
+def cached(make_engine, inner) -> CachedMultiModalLLM:
+    return CachedMultiModalLLM(llm=inner, engine=make_engine(enable_l2=False))
+
+
+# ---------------------------------------------------------------------- every endpoint
+@pytest.mark.parametrize("mode", MODES)
+async def test_every_endpoint_same_paraphrase_and_different_image(mode, make_engine, inner) -> None:
+    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(enable_l2=False))
+    first = await ask(llm, mode, QUESTION, RED)
+    assert first.startswith("I see red.") and llm.last_hit is None
+    assert len(inner.calls) == 1
+
+    again = await ask(llm, mode, QUESTION, RED)
+    assert again == first and len(inner.calls) == 1
+    assert llm.last_hit is not None and llm.last_hit.tier == "L0.5"
+
+    para = await ask(llm, mode, PARAPHRASE, RED)
+    assert para == first and len(inner.calls) == 1  # reused answer, no call
+    assert llm.last_hit.tier == "L1" and llm.last_hit.scores["text"] >= llm.last_hit.thresholds["text"]
+
+    other = await ask(llm, mode, QUESTION, BLUE)
+    assert other.startswith("I see blue.") and len(inner.calls) == 2
+    assert llm.last_hit is None
+    st = llm.stats()
+    assert st["hits"] == 2 and st["llamaindex"]["hits"] == 2 and st["llamaindex"]["misses"] == 2
+
+
+async def test_stream_and_non_stream_share_entries(cached, inner) -> None:
+    full = cached.chat(user(QUESTION, RED)).message.content
+    chunks = list(cached.stream_chat(user(QUESTION, RED)))
+    assert len(chunks) > 3, "a hit is replayed as a real stream, not one lump"
+    assert "".join(c.delta for c in chunks) == full == chunks[-1].message.content
+    assert [c.message.content for c in chunks] == ["".join(x.delta for x in chunks[: i + 1]) for i in range(len(chunks))]
+    async_chunks = [c async for c in await cached.astream_chat(user(QUESTION, RED))]
+    assert "".join(c.delta for c in async_chunks) == full
+    assert inner.calls == ["chat"]
+
+
+def test_hit_rebuilds_response_without_raw(cached, inner) -> None:
+    miss = cached.chat(user(QUESTION, RED))
+    hit = cached.chat(user(QUESTION, RED))
+    assert miss.raw == {"id": "resp-1"} and hit.raw is None
+    assert hit.message.role == MessageRole.ASSISTANT
+    assert hit.message.content == miss.message.content
+    assert hit.message.additional_kwargs == {"model": "vision-echo-1"}
+    assert hit.additional_kwargs == miss.additional_kwargs
+    assert inner.calls == ["chat"]
+
+
+def test_text_only_complete_uses_inner_complete(cached, inner) -> None:
+    assert cached.complete("Say hi").text == "Completion of: Say hi"
+    assert cached.complete("say   HI").text == "Completion of: Say hi"  # normalized exact hit
+    assert cached.complete("Say hi", formatted=True).text == "Completion of: Say hi"  # formatted is keyed
+    assert inner.calls == ["complete", "complete"]
+
+
+def test_chat_and_complete_never_share_entries(cached, inner) -> None:
+    cached.chat(user(QUESTION, RED))
+    cached.complete(QUESTION, image_documents=[image_doc(RED)])
+    assert inner.calls == ["chat", "chat"]  # complete with images goes to chat, keyed apart
+
+
+# ---------------------------------------------------------------------- legacy image_documents
+def test_legacy_complete_with_image_documents_and_nodes(cached, inner, tmp_path) -> None:
+    path = tmp_path / "red.png"
+    path.write_bytes(png_bytes(RED, compress_level=1))
+    r1 = cached.complete(QUESTION, image_documents=[ImageDocument(image_path=str(path))])
+    assert r1.text.startswith("I see red.")
+    # Same pixels as base64 ImageDocument, as ImageNode, and positionally (MultiModalLLM order).
+    assert cached.complete(QUESTION, image_documents=[image_doc(RED)]).text == r1.text
+    node = ImageNode(image=base64.b64encode(png_bytes(RED)).decode())
+    assert cached.complete(QUESTION, [node]).text == r1.text
+    assert len(inner.calls) == 1
+    assert cached.complete(QUESTION, image_documents=[image_doc(BLUE)]).text.startswith("I see blue.")
+    assert len(inner.calls) == 2
+
+
+# ---------------------------------------------------------------------- image forms
+def test_image_block_forms_key_by_pixels(cached, inner, tmp_path) -> None:
+    img = pattern(7)
+    raw = png_bytes(img)
+    path = tmp_path / "p.png"
+    path.write_bytes(png_bytes(img, compress_level=0))
+    cached.chat(user(QUESTION, ImageBlock(image=raw)))
+    forms = [
+        ImageBlock(image=base64.b64encode(raw)),  # base64 text as bytes
+        ImageBlock(path=path),  # a file with other compression
+        ImageBlock(url="data:image/png;base64," + base64.b64encode(png_bytes(img, compress_level=9)).decode()),
+        ImageBlock(image=io.BytesIO(raw)),  # a file object
+    ]
+    for block in forms:
+        cached.chat(user(QUESTION, block))
+        assert cached.last_hit is not None and cached.last_hit.tier == "L0.5", block
+    assert len(inner.calls) == 1
+
+
+def test_remote_url_keyed_by_string_and_never_fetched(cached, inner) -> None:
+    url = "https://example.invalid/cat.png"  # .invalid never resolves: a fetch would fail
+    r = cached.chat(user(QUESTION, ImageBlock(url=url)))
+    assert "picture at https://example.invalid/cat.png" in r.message.content
+    cached.chat(user(QUESTION, ImageBlock(url=url)))
+    assert cached.last_hit.tier == "L0.5"
+    cached.chat(user(QUESTION, ImageBlock(url="https://example.invalid/dog.png")))
+    assert len(inner.calls) == 2
+    # A block that carries the bytes as well as a URL is keyed by its pixels.
+    cached.chat(user(QUESTION, ImageBlock(image=png_bytes(RED), url=url)))
+    cached.chat(user(QUESTION, ImageBlock(image=png_bytes(RED, compress_level=1), url="https://example.invalid/x.png")))
+    assert cached.last_hit is not None and len(inner.calls) == 3
+
+
+def test_l2_sees_the_images(make_engine, inner, tmp_path) -> None:
+    # The tiny random CLIP is plumbing only: identical pictures pass 0.999, the prompt side 0.9.
+    eng = make_engine(enable_exact=False, enable_l1=False, l2_image_threshold=0.999, l2_prompt_threshold=0.9)
+    llm = CachedMultiModalLLM(llm=inner, engine=eng)
+    img = pattern(11)
+    path = tmp_path / "a.png"
+    path.write_bytes(png_bytes(img))
+    llm.chat(user(QUESTION, ImageBlock(path=path)))
+    llm.chat(user(PARAPHRASE, img))
+    assert llm.last_hit is not None and llm.last_hit.tier == "L2"
+    assert set(llm.last_hit.scores) == {"image", "prompt"}
+    assert len(inner.calls) == 1
+
+
+# ---------------------------------------------------------------------- context
+def test_earlier_messages_and_their_images_are_exact_context(cached, inner) -> None:
+    def convo(first_img: Image.Image, follow_up: str) -> list[ChatMessage]:
+        return [
+            ChatMessage(role="system", content="You describe pictures."),
+            *user("What is this?", first_img),
+            ChatMessage(role="assistant", content="A square."),
+            ChatMessage(role="user", content=follow_up),
+        ]
+
+    cached.chat(convo(RED, "And its color?"))
+    cached.chat(convo(RED, "and its colour?"))  # close paraphrase, same context
+    assert cached.last_hit is not None
+    cached.chat(convo(BLUE, "And its color?"))  # same words, other earlier picture
+    assert cached.last_hit is None
+    cached.chat(user("And its color?"))  # no history at all
+    assert cached.last_hit is None
+    assert len(inner.calls) == 3
+
+
+# ---------------------------------------------------------------------- scope
+def test_scope_is_class_and_settings_without_secrets(make_engine) -> None:
+    eng = make_engine(enable_l2=False)
+    a = VisionEchoLLM(temperature=0.0, api_key="sk-AAA")
+    b = VisionEchoLLM(temperature=0.7)
+    c = VisionEchoLLM(temperature=0.0, api_key="sk-BBB")
+    assert "sk-" not in llm_scope(a) and "api_key" not in llm_scope(a)
+    assert llm_scope(a) == llm_scope(c) != llm_scope(b)
+    assert '"temperature":0.0' in llm_scope(a) and "VisionEchoLLM" in llm_scope(a)
+    wa, wb, wc = (CachedMultiModalLLM(llm=x, engine=eng) for x in (a, b, c))
+    wa.chat(user(QUESTION, RED))
+    wb.chat(user(QUESTION, RED))
+    assert wb.last_hit is None and len(b.calls) == 1  # other temperature: never shared
+    wc.chat(user(QUESTION, RED))
+    assert wc.last_hit is not None and c.calls == []  # other key only: the same model
+    # Settings changed after wrapping count too.
+    a.temperature = 0.3
+    wa.chat(user(QUESTION, RED))
+    assert wa.last_hit is None
+
+
+def test_namespaces_isolate_and_clear_cache(make_engine, inner) -> None:
+    eng = make_engine(enable_l2=False)
+    t1 = CachedMultiModalLLM(llm=inner, engine=eng, namespace="tenant-1")
+    t2 = CachedMultiModalLLM(llm=inner, engine=eng, namespace="tenant-2")
+    t1.chat(user(QUESTION, RED))
+    t2.chat(user(QUESTION, RED))
+    assert t2.last_hit is None and len(inner.calls) == 2
+    t1.clear_cache()
+    t1.chat(user(QUESTION, RED))
+    assert t1.last_hit is None
+    t2.chat(user(QUESTION, RED))
+    assert t2.last_hit is not None
+
+
+def test_persistent_cache_survives_a_new_wrapper(tmp_path, inner, text_embedder) -> None:
+    d = str(tmp_path / "cache")
+    first = CachedMultiModalLLM(llm=inner, persist_directory=d, enable_l2=False)
+    first.chat(user(QUESTION, RED))
+    first.engine.close()
+    second = CachedMultiModalLLM(llm=VisionEchoLLM(), persist_directory=d, enable_l2=False)
+    assert second.chat(user(QUESTION, RED)).message.content.startswith("I see red.")
+    assert second.last_hit is not None and second.llm.calls == []
+    second.engine.close()
+
+
+def test_constructor_engine_options(inner, text_embedder) -> None:
+    llm = CachedMultiModalLLM(llm=inner, l1_threshold=0.9, clip_model=None, strict=True)
+    assert llm.engine.l1_threshold == 0.9 and llm.engine.strict and llm.strict
+    assert llm.engine.stats()["config"]["storage"].startswith("memory") or llm.engine.store.persist_directory is None
+    with pytest.raises(ValueError):
+        CachedMultiModalLLM(llm=inner, engine=llm.engine, l1_threshold=0.5)
+    with pytest.raises(TypeError):
+        CachedMultiModalLLM(llm="gpt-4o")  # type: ignore[arg-type]
+    assert type(llm) is CachedMultiModalLLM and not isinstance(llm, CachedFunctionCallingLLM)
+    assert llm.metadata.model_name == "vision-echo-1"
+
+
+# ---------------------------------------------------------------------- streams
+@pytest.mark.parametrize("mode", ["stream_chat", "stream_complete"])
+def test_interrupted_stream_stores_nothing(cached, inner, mode) -> None:
+    def start() -> Any:
+        if mode == "stream_chat":
+            return cached.stream_chat(user(QUESTION, RED))
+        return cached.stream_complete("Tell me a long story")
+
+    gen = start()
+    first = next(gen)
+    assert first.delta
+    gen.close()  # the consumer stops early
+    assert cached.engine.count() == 0
+    assert cached.stats()["llamaindex"]["streams_unfinished"] == 1
+    full = list(start())
+    assert len(inner.calls) == 2 and cached.engine.count() == 1
+    list(start())
+    assert len(inner.calls) == 2 and cached.last_hit is not None and len(full) > 1
+
+
+@pytest.mark.parametrize("mode", ["stream_chat", "astream_chat", "stream_complete", "astream_complete"])
+async def test_failed_stream_stores_nothing_and_raises(cached, inner, mode) -> None:
+    inner.fail_stream_after = 2
+    got: list[Any] = []
+    with pytest.raises(StreamBroke):
+        if mode == "stream_chat":
+            got.extend(cached.stream_chat(user(QUESTION, RED)))
+        elif mode == "stream_complete":
+            got.extend(cached.stream_complete("Tell me a long story"))
+        elif mode == "astream_chat":
+            async for c in await cached.astream_chat(user(QUESTION, RED)):
+                got.append(c)
+        else:
+            async for c in await cached.astream_complete("Tell me a long story"):
+                got.append(c)
+    assert len(got) == 2, "chunks before the failure were passed through unchanged"
+    assert got[0].raw == {"chunk": 0} if mode.endswith("chat") else True
+    assert cached.engine.count() == 0
+
+
+async def test_async_interrupted_stream_stores_nothing(cached, inner) -> None:
+    gen = await cached.astream_chat(user(QUESTION, RED))
+    async for _ in gen:
+        break
+    await gen.aclose()
+    assert cached.engine.count() == 0
+    chunks = [c async for c in await cached.astream_chat(user(QUESTION, RED))]
+    assert cached.engine.count() == 1 and chunks[0].raw == {"chunk": 0}  # miss: inner chunks unchanged
+
+
+# ---------------------------------------------------------------------- fail-open / strict
+def test_broken_image_is_a_counted_miss_and_strict_raises(make_engine) -> None:
+    class BlindLLM(VisionEchoLLM):
+        @llm_chat_callback()
+        def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+            self._calls.append("chat")
+            return ChatResponse(message=ChatMessage(role="assistant", content="I cannot see well."))
+
+    blind = BlindLLM()
+    broken = [ChatMessage(role="user", blocks=[ImageBlock(image=b"not an image at all"), TextBlock(text=QUESTION)])]
+    llm = CachedMultiModalLLM(llm=blind, engine=make_engine(enable_l2=False))
+    assert llm.chat(broken).message.content == "I cannot see well."
+    assert llm.chat(broken).message.content == "I cannot see well."
+    assert blind.calls == ["chat", "chat"]  # nothing stored under a key that cannot be made
+    st = llm.stats()
+    assert st["misses"] == 2 and st["errors"]["lookup:ImageDecodeError"] == 2 and st["entries"] == 0
+
+    strict = CachedMultiModalLLM(llm=BlindLLM(), engine=make_engine(enable_l2=False, strict=True))
+    with pytest.raises(ImageDecodeError):
+        strict.chat(broken)
+    assert strict.llm.calls == []
+
+
+def test_unkeyable_kwargs_bypass_the_cache(cached, inner, make_engine) -> None:
+    class Opaque:
+        pass
+
+    cached.chat(user(QUESTION, RED), weird=Opaque())
+    cached.chat(user(QUESTION, RED), weird=Opaque())
+    assert len(inner.calls) == 2 and cached.stats()["llamaindex"]["bypassed"] == 2
+    strict = CachedMultiModalLLM(llm=VisionEchoLLM(), engine=make_engine(enable_l2=False), strict=True)
+    with pytest.raises(InvalidRequestError):
+        strict.chat(user(QUESTION, RED), weird=Opaque())
+
+
+def test_kwargs_are_part_of_the_key(cached, inner) -> None:
+    cached.chat(user(QUESTION, RED), max_tokens=10)
+    cached.chat(user(QUESTION, RED), max_tokens=10)
+    cached.chat(user(QUESTION, RED), max_tokens=20)
+    assert len(inner.calls) == 2
+
+
+def test_unreadable_entry_is_removed_and_the_call_goes_on(cached, inner) -> None:
+    msgs = user(QUESTION, RED)
+    request = cached._chat_request(msgs, {})
+    cached.engine.update(request, {"kind": "something else"})
+    r = cached.chat(msgs)
+    assert r.message.content.startswith("I see red.") and inner.calls == ["chat"]
+    assert cached.stats()["llamaindex"]["unreadable_entries"] == 1
+    cached.chat(msgs)
+    assert cached.last_hit is not None and inner.calls == ["chat"]
+
+
+def test_response_kwargs_round_trip_types(cached) -> None:
+    """Tool calls carried as pydantic objects and bytes come back as the same types."""
+
+    class ToolCaller(VisionEchoLLM):
+        @llm_chat_callback()
+        def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+            self._calls.append("chat")
+            call = ToolSelection(tool_id="call_1", tool_name="lookup", tool_kwargs={"q": "red"})
+            return ChatResponse(message=ChatMessage(
+                role="assistant", content="",
+                additional_kwargs={"tool_calls": [call], "signature": b"\x00\x01", "n": 1.5}))
+
+    llm = CachedMultiModalLLM(llm=ToolCaller(), engine=cached.engine)
+    miss = llm.chat(user("look it up", RED))
+    hit = llm.chat(user("look it up", RED))
+    assert llm.last_hit is not None
+    assert hit.message.additional_kwargs == miss.message.additional_kwargs
+    assert isinstance(hit.message.additional_kwargs["tool_calls"][0], ToolSelection)
+
+
+def test_unstorable_response_is_returned_not_stored(cached) -> None:
+    class Weird(VisionEchoLLM):
+        @llm_chat_callback()
+        def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+            self._calls.append("chat")
+            return ChatResponse(message=ChatMessage(role="assistant", content="ok",
+                                                    additional_kwargs={"handle": object()}))
+
+    llm = CachedMultiModalLLM(llm=Weird(), engine=cached.engine)
+    assert llm.chat(user(QUESTION, RED)).message.content == "ok"
+    assert llm.chat(user(QUESTION, RED)).message.content == "ok"
+    assert llm.llm.calls == ["chat", "chat"] and llm.stats()["llamaindex"]["unstorable_responses"] == 2
+
+
+# ---------------------------------------------------------------------- drops into LlamaIndex
+def test_predict_and_prompt_templates_go_through_the_cache(cached, inner) -> None:
+    from llama_index.core.prompts import PromptTemplate
+
+    tmpl = PromptTemplate("Answer briefly: {question}")
+    a = cached.predict(tmpl, question="what is two plus two?")
+    b = cached.predict(tmpl, question="What is two plus two?")
+    assert a == b and inner.calls == ["chat"]
+
+
+def test_query_engine_with_the_wrapper(cached, inner) -> None:
+    from llama_index.core import Document, VectorStoreIndex
+    from llama_index.core.embeddings import MockEmbedding
+
+    index = VectorStoreIndex.from_documents(
+        [Document(text="The square in the picture is red."), Document(text="The sky is blue.")],
+        embed_model=MockEmbedding(embed_dim=8),
+    )
+    qe = index.as_query_engine(llm=cached)
+    first = str(qe.query("What color is the square?"))
+    calls = len(inner.calls)
+    assert calls >= 1
+    assert str(qe.query("What color is the square?")) == first
+    assert len(inner.calls) == calls
