@@ -81,7 +81,8 @@ class MLCEngine:
       ``l2_prompt_threshold``, each on its own.
 
     Storage is Chroma: in memory by default, ``persist_directory`` for an embedded
-    persistent cache, ``chroma_host``/``chroma_port`` for a shared server.
+    persistent cache, ``chroma_host``/``chroma_port`` for a shared server (each request
+    bounded by ``chroma_timeout`` seconds; an unreachable server makes lookups fast misses).
 
     Default fail-open: a lookup error is a counted miss, an update error a logged,
     counted no-op. ``strict=True`` raises :class:`~mlc_integrations.errors.MLCError`
@@ -94,6 +95,7 @@ class MLCEngine:
         persist_directory: Optional[str] = None,
         chroma_host: Optional[str] = None,
         chroma_port: int = 8000,
+        chroma_timeout: Optional[float] = 5.0,
         chroma_client: Any = None,
         collection_prefix: str = "mlc",
         text_model: Optional[str] = None,
@@ -137,6 +139,7 @@ class MLCEngine:
             chroma_port=chroma_port,
             collection_prefix=collection_prefix,
             client=chroma_client,
+            timeout=chroma_timeout,
         )
         self.text_model_name = text_model
         self.enable_exact = enable_exact
@@ -234,6 +237,7 @@ class MLCEngine:
         entry_id = sha256_hex(json.dumps([KEY_VERSION, scope_key, ns_key, ctx, norm, digests], separators=(",", ":")))
         kr = KeyedRequest(
             request=request,
+            text=text,
             norm_text=norm,
             images=images,
             scope_key=scope_key,
@@ -255,7 +259,7 @@ class MLCEngine:
     def _text_vec(self, kr: KeyedRequest) -> np.ndarray:
         v = kr.features.get("text")
         if v is None:
-            v = self.text_embedder.embed([kr.request.text])[0]
+            v = self.text_embedder.embed([kr.text])[0]
             kr.features["text"] = v
         return v
 
@@ -264,7 +268,7 @@ class MLCEngine:
             return self._text_vec(kr)
         v = kr.features.get("clip_text")
         if v is None:
-            v = clip.embed_texts([kr.request.text])[0]
+            v = clip.embed_texts([kr.text])[0]
             kr.features["clip_text"] = v
         return v
 
@@ -519,7 +523,7 @@ class MLCEngine:
 
         exact_meta = dict(base, created_at=now, last_access=now)
         if self.store_prompts:
-            exact_meta["text"] = kr.request.text[:_TEXT_META_CHARS]
+            exact_meta["text"] = kr.text[:_TEXT_META_CHARS].encode("utf-8", "replace").decode("utf-8")
         self.store.call("upsert exact", lambda: self.store.collection("exact").upsert(
             ids=[kr.entry_id], embeddings=[ChromaStore.dummy_vector()], documents=[doc], metadatas=[exact_meta]))
         if text_vec is not None and self.enable_l1:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Callable, Optional, TypeVar
 
 from .errors import StorageError
@@ -31,6 +32,32 @@ TIER_COLLECTIONS = {
     "l2_prompt": "l2_prompt",
 }
 _DUMMY_VECTOR = [1.0]
+DEFAULT_TIMEOUT = 5.0  # seconds per Chroma server request (chromadb's own default is no timeout)
+DEFAULT_RETRY_INTERVAL = 1.0  # seconds an unreachable server is not retried: calls fail fast meanwhile
+
+
+class _ServerUnreachable(StorageError):
+    """No answer from the Chroma server (refused, timed out, connection dropped)."""
+
+
+def _is_timeout(exc: BaseException) -> bool:
+    import httpx
+
+    return isinstance(exc, (httpx.TimeoutException, TimeoutError))
+
+
+def _is_connection_failure(exc: BaseException) -> bool:
+    """True for a failure to reach the server, as opposed to an error the server answered with."""
+    import httpx
+
+    seen = 0
+    cur: Optional[BaseException] = exc
+    while cur is not None and seen < 8:
+        if isinstance(cur, (_ServerUnreachable, httpx.TransportError, ConnectionError, TimeoutError)):
+            return True
+        cur = cur.__cause__ or cur.__context__
+        seen += 1
+    return False
 
 
 def _settings() -> Any:
@@ -44,6 +71,11 @@ class ChromaStore:
 
     Every call goes through :meth:`call`, which reconnects once (re-creating the client
     and collection handles) when the server restarted or a handle went stale.
+
+    Server mode bounds every request by ``timeout`` seconds (chromadb itself waits
+    forever on a hung server), and after a failed reconnect fails calls fast for
+    ``retry_interval`` seconds, so a down server costs a lookup microseconds, not a
+    timeout each; the first call after the interval reconnects.
     """
 
     def __init__(
@@ -55,6 +87,8 @@ class ChromaStore:
         client: Any = None,
         chroma_ssl: bool = False,
         chroma_headers: Optional[dict[str, str]] = None,
+        timeout: Optional[float] = DEFAULT_TIMEOUT,
+        retry_interval: float = DEFAULT_RETRY_INTERVAL,
     ) -> None:
         if persist_directory and chroma_host:
             raise ValueError("give either persist_directory (embedded) or chroma_host (server), not both")
@@ -63,6 +97,10 @@ class ChromaStore:
         self.chroma_port = chroma_port
         self.chroma_ssl = chroma_ssl
         self.chroma_headers = chroma_headers
+        self.timeout = timeout
+        self.retry_interval = retry_interval
+        self._down_until = 0.0  # monotonic time before which the server is not retried
+        self._generation = 0  # bumped on every reconnect, so concurrent failures reconnect once
         if not persist_directory and not chroma_host and client is None:
             # Chroma's in-memory clients share one process-wide system: give each
             # in-memory engine its own collections, as an in-memory cache should be.
@@ -88,16 +126,43 @@ class ChromaStore:
         import chromadb
 
         if self.chroma_host:
-            return chromadb.HttpClient(
+            self._preflight()
+            client = chromadb.HttpClient(
                 host=self.chroma_host,
                 port=self.chroma_port,
                 ssl=self.chroma_ssl,
                 headers=self.chroma_headers,
                 settings=_settings(),
             )
+            self._bound_timeout(client)
+            return client
         if self.persist_directory:
             return chromadb.PersistentClient(path=str(self.persist_directory), settings=_settings())
         return chromadb.EphemeralClient(settings=_settings())
+
+    def _preflight(self) -> None:
+        """Heartbeat with a bounded timeout: chromadb's client constructor talks to the
+        server with no timeout at all, so an unresponsive server would hang it."""
+        import httpx
+
+        scheme = "https" if self.chroma_ssl else "http"
+        host = f"[{self.chroma_host}]" if ":" in str(self.chroma_host) else self.chroma_host
+        try:
+            httpx.get(f"{scheme}://{host}:{self.chroma_port}/api/v2/heartbeat", timeout=self.timeout,
+                      headers=self.chroma_headers)
+        except httpx.HTTPError as exc:
+            raise _ServerUnreachable(
+                f"Chroma server {self.chroma_host}:{self.chroma_port} unreachable: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _bound_timeout(self, client: Any) -> None:
+        import httpx
+
+        session = getattr(getattr(client, "_server", None), "_session", None)
+        if isinstance(session, httpx.Client):
+            session.timeout = httpx.Timeout(self.timeout)
+        else:  # a chromadb version that moved its HTTP session: requests are unbounded
+            log.warning("cannot bound Chroma request timeout on this chromadb version; a hung server may block calls")
 
     @property
     def client(self) -> Any:
@@ -105,6 +170,8 @@ class ChromaStore:
             if self._client is None:
                 try:
                     self._client = self._make_client()
+                except StorageError:
+                    raise
                 except Exception as exc:
                     raise StorageError(f"cannot open Chroma ({self.mode}): {type(exc).__name__}: {exc}") from exc
             return self._client
@@ -148,28 +215,63 @@ class ChromaStore:
                     self._dims[tier] = dim
             return col
 
-    def reset_handles(self) -> None:
-        """Forget client and collection handles so the next call reconnects."""
+    def reset_handles(self, generation: Optional[int] = None) -> None:
+        """Forget client and collection handles so the next call reconnects.
+
+        With ``generation`` (the value seen before a failed call), do nothing when another
+        thread has reconnected since: one stale handle, one reconnect.
+        """
         with self._lock:
+            if generation is not None and generation != self._generation:
+                return
+            self._generation += 1
             self._collections.clear()
             if not self._user_client and self.chroma_host:
-                self._client = None
+                old, self._client = self._client, None
+                if old is not None:
+                    try:
+                        old.close()  # releases chromadb's per-client System and HTTP pool
+                    except Exception as exc:  # a dead connection may fail to close; nothing to keep
+                        log.debug("closing stale Chroma client: %s", exc)
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
         """Run a Chroma operation; on failure reconnect once and retry, then raise StorageError."""
+        if self._down_until and time.monotonic() < self._down_until:
+            raise _ServerUnreachable(
+                f"Chroma {what} skipped: server {self.chroma_host}:{self.chroma_port} was unreachable "
+                f"less than {self.retry_interval:g} s ago"
+            )
+        generation = self._generation
         try:
-            return fn()
-        except StorageError:
+            out = fn()
+        except StorageError as exc:
+            self._note_failure(exc)
             raise
         except Exception as first:
+            if _is_timeout(first):  # a hung server: retrying would only double the wait
+                self._note_failure(first)
+                raise StorageError(f"Chroma {what} timed out after {self.timeout:g} s: {first}") from first
             log.debug("chroma %s failed (%s); reconnecting once", what, first)
-            self.reset_handles()
+            self.reset_handles(generation)
             try:
-                return fn()
-            except StorageError:
+                out = fn()
+            except StorageError as exc:
+                self._note_failure(exc)
                 raise
             except Exception as exc:
+                self._note_failure(exc)
                 raise StorageError(f"Chroma {what} failed: {type(exc).__name__}: {exc}") from exc
+        if self._down_until:
+            log.info("Chroma server %s:%s reachable again", self.chroma_host, self.chroma_port)
+            self._down_until = 0.0
+        return out
+
+    def _note_failure(self, exc: BaseException) -> None:
+        if self.chroma_host and not self._user_client and self.retry_interval > 0 and _is_connection_failure(exc):
+            if not self._down_until:
+                log.warning("Chroma server %s:%s unreachable; cache calls fail fast (as misses) and reconnect "
+                            "is retried every %g s", self.chroma_host, self.chroma_port, self.retry_interval)
+            self._down_until = time.monotonic() + self.retry_interval
 
     @staticmethod
     def dummy_vector() -> list[float]:
