@@ -58,6 +58,7 @@ class KeyedRequest:
     """A validated request with its exact keys and decoded images."""
 
     request: CacheRequest
+    text: str  # the prompt text as str (bytes input decoded as UTF-8)
     norm_text: str
     images: list[DecodedImage]
     scope_key: str
