@@ -79,10 +79,12 @@ _ROLE_BY_CLASS = {
     "ToolMessage": "tool",
     "FunctionMessage": "function",
 }
-# Message fields that never reach the model, or are per-run noise: not part of the key.
-_NOT_KEYED_FIELDS = frozenset(
-    {"content", "id", "type", "role", "response_metadata", "usage_metadata", "artifact", "chunk_position"}
-)
+# Message fields that never reach the model, are per-run noise, or restate another field
+# (``tool_call_chunks`` is the streamed form of ``tool_calls``): not part of the key.
+_NOT_KEYED_FIELDS = frozenset({
+    "content", "id", "type", "role", "response_metadata", "usage_metadata", "artifact",
+    "chunk_position", "tool_call_chunks",
+})
 _IMAGE_BLOCK_TYPES = ("image_url", "input_image", "image")
 _PENDING_MAX = 8  # requests kept between a lookup miss and its update (they hold decoded images)
 
