@@ -649,3 +649,35 @@ async def test_async_methods_are_native(cache: MultimodalSemanticCache) -> None:
     assert cache.last_hit is not None and cache.last_hit.tier == "L0.5"  # same task: visible
     await cache.aclear()
     assert await cache.alookup(prompt, LLM_STRING) is None
+
+
+def test_images_resent_each_turn_are_decoded_once(cache: MultimodalSemanticCache, monkeypatch: pytest.MonkeyPatch) -> None:
+    import mlc_integrations.langchain as adapter
+
+    decoded: list[str] = []
+    real = adapter.decode_image
+
+    def counting(value: Any, **kw: Any) -> Any:
+        decoded.append(kw.get("what", ""))
+        return real(value, **kw)
+
+    monkeypatch.setattr(adapter, "decode_image", counting)
+    model = CountingChatModel(cache=cache)
+    history: tuple[BaseMessage, ...] = ()
+    for q in ("What color is it?", "Is it bright?", "Is it a square?"):
+        turn = ask(q, RED_PNG if not history else None, history)
+        history = (*turn, model.invoke(turn))
+    assert model.calls == 3
+    assert len(decoded) == 1  # turns 2 and 3 carry the picture again in their history
+
+
+def test_decoded_image_memo_is_bounded_by_pixels() -> None:
+    from mlc_integrations.langchain import DecodedImageMemo
+
+    memo = DecodedImageMemo(max_pixels=3 * 64 * 64)
+    keys = [memo.key(f"data:image/png;base64,{i}") for i in range(4)]
+    for k in keys:
+        memo.put(k, solid((1, 2, 3)))
+    assert memo.get(keys[0]) is None and all(memo.get(k) is not None for k in keys[1:])
+    memo.put(memo.key("huge"), solid((1, 2, 3), (256, 256)))  # larger than the budget: not kept
+    assert memo.get(memo.key("huge")) is None and memo.get(keys[3]) is not None
