@@ -333,28 +333,32 @@ class MLCEngine:
             self._stats.tier(tier, "miss")
         return None
 
-    def _filter(self, kr: KeyedRequest, now: float, **extra: Any) -> dict[str, Any]:
-        clauses: list[dict[str, Any]] = [
-            {"scope": kr.scope_key},
-            {"ns": kr.namespace},
-            {"ctx": kr.context_key},
-            {"expires_at": {"$gt": now}},
-        ]
-        clauses += [{k: v} for k, v in extra.items()]
-        return {"$and": clauses}
+    @staticmethod
+    def _part(*keys: Any) -> str:
+        """Partition key: one metadata value standing for every exact condition of a tier."""
+        return sha256_hex("|".join(str(k) for k in keys))[:32]
 
-    def _fetch_entry(self, entry_id: str, now: float) -> Optional[tuple[Any, dict[str, Any]]]:
-        """The stored response of an entry, or None when absent or expired."""
+    def _parts(self, kr: KeyedRequest) -> dict[str, Any]:
+        n = len(kr.images)
+        base = (kr.scope_key, kr.namespace, kr.context_key)
+        return {
+            "l1": self._part("l1", *base, kr.images_key),
+            "l2_prompt": self._part("l2", *base, n),
+            "l2_image": [self._part("l2i", *base, n, i) for i in range(n)],
+        }
+
+    def _fetch_entry(self, entry_id: str, now: float) -> "tuple[Any, dict[str, Any]] | str":
+        """The stored (response, metadata) of an entry, or why not: "absent", "expired", "corrupt"."""
         res = self.store.call(
             "get", lambda: self.store.collection("exact").get(ids=[entry_id], include=["documents", "metadatas"])
         )
         if not res["ids"]:
-            return None
+            return "absent"
         meta = res["metadatas"][0] or {}
         if float(meta.get("expires_at", _NO_EXPIRY)) <= now:
             self._stats.incr("expired")
             self._delete_ids([entry_id])
-            return None
+            return "expired"
         doc = res["documents"][0]
         try:
             payload = json.loads(doc)
@@ -362,40 +366,61 @@ class MLCEngine:
             log.warning("entry %s has an unreadable response; removing it", entry_id[:12])
             self._stats.error("corrupt_entry")
             self._delete_ids([entry_id])
-            return None
+            return "corrupt"
         with self._access_lock:
             self._access[entry_id] = now
         return payload, meta
 
     def _lookup_exact(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
         found = self._fetch_entry(kr.entry_id, now)
-        if found is None:
+        if isinstance(found, str):
             return None
         payload, meta = found
         return Hit(payload=payload, tier="L0.5", entry_id=kr.entry_id, matched_text=meta.get("text"))
 
-    def _query(self, tier: str, vec: np.ndarray, where: dict[str, Any], model: str) -> list[tuple[str, float, dict[str, Any]]]:
+    # Unfiltered ANN first (cost independent of how many entries other scopes hold),
+    # then a wider one, then a query filtered on the partition inside Chroma.
+    _SEARCH_STEPS: tuple[tuple[bool, int], ...] = ((False, 16), (False, 256), (True, 256))
+
+    def _neighbours(
+        self, tier: str, vec: np.ndarray, part: str, threshold: float, model: str
+    ) -> tuple[list[tuple[str, float, dict[str, Any]]], bool]:
+        """Entries of partition ``part`` whose similarity is >= ``threshold``, best first.
+
+        Returns (results, complete). An unfiltered top-k whose k-th similarity is below
+        the threshold already holds every entry above it, so filtering it in Python is
+        exact: a neighbour from another scope or tenant can neither leak (filtered
+        out) nor hide a hit. When the top-k is saturated with entries above the
+        threshold, the search widens, and finally runs filtered by ``part`` in Chroma.
+        ``complete`` is False only if even that returned a full page above threshold.
+        """
         dim = int(vec.shape[0])
+        emb = [vec.tolist()]
+        for filtered, k in self._SEARCH_STEPS:
+            where = {"part": part} if filtered else None
 
-        def run() -> Any:
-            return self.store.collection(tier, dim=dim, model=model).query(
-                query_embeddings=[vec.tolist()], n_results=self.n_candidates, where=where,
-                include=["distances", "metadatas"],
-            )
+            def run(where: Any = where, k: int = k) -> Any:
+                return self.store.collection(tier, dim=dim, model=model).query(
+                    query_embeddings=emb, n_results=k, where=where, include=["distances", "metadatas"],
+                )
 
-        res = self.store.call(f"query {tier}", run)
-        ids = res["ids"][0] if res["ids"] else []
-        out = []
-        for i, d, m in zip(ids, res["distances"][0], res["metadatas"][0]):
-            out.append((i, float(min(1.0, 1.0 - d)), m or {}))
-        return out
+            res = self.store.call(f"query {tier}", run)
+            ids = res["ids"][0] if res["ids"] else []
+            rows = [(i, float(min(1.0, 1.0 - d)), m or {}) for i, d, m in zip(ids, res["distances"][0], res["metadatas"][0])]
+            saturated = len(rows) >= k and rows[-1][1] >= threshold
+            mine = [r for r in rows if r[1] >= threshold and r[2].get("part") == part]
+            if not saturated:
+                return mine, True
+            self._stats.incr(f"search_widened_{tier}")
+        return mine, False
 
     def _accept(self, hit_candidate: _Candidate, kr: KeyedRequest, tier: str, now: float) -> Optional[Hit]:
         found = self._fetch_entry(hit_candidate.entry_id, now)
-        if found is None:
-            # Vector without its response (crash between writes, or expired): drop it.
+        if found == "absent":
+            # Vector without its response (a crash between writes): drop it.
             self._stats.incr("orphans_removed")
             self._delete_ids([hit_candidate.entry_id])
+        if isinstance(found, str):
             return None
         payload, meta = found
         return Hit(
@@ -409,10 +434,8 @@ class MLCEngine:
 
     def _lookup_l1(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
         vec = self._text_vec(kr)
-        where = self._filter(kr, now, imgs=kr.images_key)
-        for eid, sim, _meta in self._query("l1", vec, where, self.text_embedder.name):
-            if sim < self.l1_threshold:
-                break
+        found, _complete = self._neighbours("l1", vec, self._parts(kr)["l1"], self.l1_threshold, self.text_embedder.name)
+        for eid, sim, _meta in found:
             cand = _Candidate(eid, {"text": sim}, {"text": self.l1_threshold})
             hit = self._accept(cand, kr, "L1", now)
             if hit is not None:
@@ -426,14 +449,16 @@ class MLCEngine:
         img_vecs = self._image_vecs(kr, clip)
         prompt_vec = self._prompt_vec(kr, clip)
         n = len(kr.images)
-        prompt_model = self._prompt_model_name()
-        # Candidates from either modality, then both similarities computed exactly.
-        cand_ids: set[str] = set()
-        for i, v in enumerate(img_vecs):
-            for _id, _sim, meta in self._query("l2_image", v, self._filter(kr, now, n_images=n, idx=i), self._clip_name()):
-                cand_ids.add(str(meta.get("entry_id")))
-        for eid, _sim, _m in self._query("l2_prompt", prompt_vec, self._filter(kr, now, n_images=n), prompt_model):
-            cand_ids.add(eid)
+        parts = self._parts(kr)
+        # A valid candidate passes every image threshold, so the complete set of
+        # entries over the threshold for image 0 holds them all. When that set is
+        # too large (one picture asked about many times), the prompt side bounds it.
+        found, complete = self._neighbours("l2_image", img_vecs[0], parts["l2_image"][0], self.l2_image_threshold, self._clip_name())
+        cand_ids = {str(m.get("entry_id")) for _i, _s, m in found}
+        if not complete:
+            p_found, p_complete = self._neighbours("l2_prompt", prompt_vec, parts["l2_prompt"], self.l2_prompt_threshold, self._prompt_model_name())
+            p_ids = {eid for eid, _s, _m in p_found}
+            cand_ids = p_ids if p_complete else cand_ids | p_ids
         if not cand_ids:
             return None
         ids = sorted(cand_ids)
@@ -515,6 +540,7 @@ class MLCEngine:
             "expires_at": expires_at,
             "v": 1,
         }
+        parts = self._parts(kr)
         # Compute every vector before writing anything, so a model failure writes nothing.
         text_vec = self._text_vec(kr) if (self.enable_l1 or (self.enable_l2 and self.l2_prompt_encoder == "text")) and kr.embeddable and kr.norm_text else None
         clip = self.clip_embedder if (self.enable_l2 and self._l2_applicable(kr)) else None
@@ -528,15 +554,15 @@ class MLCEngine:
             ids=[kr.entry_id], embeddings=[ChromaStore.dummy_vector()], documents=[doc], metadatas=[exact_meta]))
         if text_vec is not None and self.enable_l1:
             self.store.call("upsert l1", lambda: self.store.collection("l1", dim=len(text_vec), model=self.text_embedder.name).upsert(
-                ids=[kr.entry_id], embeddings=[text_vec.tolist()], metadatas=[base]))
+                ids=[kr.entry_id], embeddings=[text_vec.tolist()], metadatas=[dict(base, part=parts["l1"])]))
         if clip is not None and img_vecs is not None and prompt_vec is not None:
             n = len(kr.images)
             self.store.call("upsert l2_image", lambda: self.store.collection("l2_image", dim=int(img_vecs.shape[1]), model=self._clip_name()).upsert(
                 ids=[f"{kr.entry_id}#{i}" for i in range(n)],
                 embeddings=[v.tolist() for v in img_vecs],
-                metadatas=[dict(base, idx=i, entry_id=kr.entry_id) for i in range(n)]))
+                metadatas=[dict(base, idx=i, entry_id=kr.entry_id, part=parts["l2_image"][i]) for i in range(n)]))
             self.store.call("upsert l2_prompt", lambda: self.store.collection("l2_prompt", dim=len(prompt_vec), model=self._prompt_model_name()).upsert(
-                ids=[kr.entry_id], embeddings=[prompt_vec.tolist()], metadatas=[base]))
+                ids=[kr.entry_id], embeddings=[prompt_vec.tolist()], metadatas=[dict(base, part=parts["l2_prompt"])]))
         with self._access_lock:
             self._access[kr.entry_id] = now
         if self.max_entries is not None:

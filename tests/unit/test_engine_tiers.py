@@ -173,3 +173,23 @@ def test_invalid_thresholds_rejected() -> None:
         MLCEngine(l1_threshold=1.5, clip_model=None)
     with pytest.raises(ValueError):
         MLCEngine(l2_prompt_encoder="bogus", clip_model=None)
+
+
+def test_hit_found_when_other_scopes_saturate_the_neighbourhood(make_engine) -> None:
+    """More near-identical entries in other scopes than any unfiltered page holds:
+    the search falls back to a query filtered on the partition inside Chroma."""
+    import numpy as np
+
+    eng = make_engine(enable_l2=False)
+    rng = np.random.default_rng(0)
+    base = rng.normal(size=384)
+    base /= np.linalg.norm(base)
+    for i in range(270):
+        eng.update(CacheRequest(text=f"q{i}", scope=f"other-{i}", text_embedding=base.tolist()), f"wrong-{i}")
+    near = base + 0.01 * rng.normal(size=384)  # cosine ~0.98
+    eng.update(CacheRequest(text="mine", scope="mine", text_embedding=near.tolist()), "right")
+    hit = eng.lookup(CacheRequest(text="probe", scope="mine", text_embedding=base.tolist()))
+    assert hit is not None and hit.payload == "right" and hit.tier == "L1"
+    assert eng.stats()["tiers"]["L1"]["hit"] == 1
+    assert eng._stats.snapshot()  # counters readable
+    assert eng.lookup(CacheRequest(text="probe", scope="nobody", text_embedding=base.tolist())) is None
