@@ -36,7 +36,7 @@ DEFAULT_TIMEOUT = 5.0  # seconds per Chroma server request (chromadb's own defau
 DEFAULT_RETRY_INTERVAL = 1.0  # seconds an unreachable server is not retried: calls fail fast meanwhile
 
 
-class _ServerUnreachable(StorageError):
+class ServerUnreachableError(StorageError):
     """No answer from the Chroma server (refused, timed out, connection dropped)."""
 
 
@@ -53,7 +53,7 @@ def _is_connection_failure(exc: BaseException) -> bool:
     seen = 0
     cur: Optional[BaseException] = exc
     while cur is not None and seen < 8:
-        if isinstance(cur, (_ServerUnreachable, httpx.TransportError, ConnectionError, TimeoutError)):
+        if isinstance(cur, (ServerUnreachableError, httpx.TransportError, ConnectionError, TimeoutError)):
             return True
         cur = cur.__cause__ or cur.__context__
         seen += 1
@@ -151,7 +151,7 @@ class ChromaStore:
             httpx.get(f"{scheme}://{host}:{self.chroma_port}/api/v2/heartbeat", timeout=self.timeout,
                       headers=self.chroma_headers)
         except httpx.HTTPError as exc:
-            raise _ServerUnreachable(
+            raise ServerUnreachableError(
                 f"Chroma server {self.chroma_host}:{self.chroma_port} unreachable: {type(exc).__name__}: {exc}"
             ) from exc
 
@@ -237,7 +237,7 @@ class ChromaStore:
     def call(self, what: str, fn: Callable[[], T]) -> T:
         """Run a Chroma operation; on failure reconnect once and retry, then raise StorageError."""
         if self._down_until and time.monotonic() < self._down_until:
-            raise _ServerUnreachable(
+            raise ServerUnreachableError(
                 f"Chroma {what} skipped: server {self.chroma_host}:{self.chroma_port} was unreachable "
                 f"less than {self.retry_interval:g} s ago"
             )
