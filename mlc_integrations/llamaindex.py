@@ -291,6 +291,9 @@ def message_to_turn(message: ChatMessage) -> Turn:
             parts.append(Part.of_data(_key_json(block)))
     role = message.role.value if isinstance(message.role, MessageRole) else str(message.role)
     extra = _key_json(message.additional_kwargs) if message.additional_kwargs else {}
+    details = [b.detail for b in message.blocks if isinstance(b, ImageBlock)]
+    if any(d is not None for d in details):  # "low"/"high" resolution changes what the model sees
+        extra = dict(extra, image_detail=details)
     return Turn(role=role, parts=parts, extra=extra)
 
 
@@ -389,7 +392,7 @@ class CachedMultiModalLLM(LLM):
         )
         self._engine = engine
         self._last_hit = contextvars.ContextVar(f"mlc_last_hit_{id(self)}", default=None)
-        self._counts = {"hits": 0, "misses": 0, "bypassed": 0, "streams_stored": 0, "streams_unfinished": 0,
+        self._counts = {"hits": 0, "misses": 0, "bypassed": 0, "streams_finished": 0, "streams_unfinished": 0,
                         "unreadable_entries": 0, "unstorable_responses": 0}
 
     @classmethod
@@ -620,7 +623,7 @@ class CachedMultiModalLLM(LLM):
             if not finished and request is not None:
                 self._count("streams_unfinished")
         if last is not None:
-            self._count("streams_stored")
+            self._count("streams_finished")
             self._store(request, lambda: to_payload(final(last, deltas)))
 
     async def _astore_stream(self, request: Optional[CacheRequest], inner: Any, final: Callable[[Any, list[str]], Any],
@@ -638,7 +641,7 @@ class CachedMultiModalLLM(LLM):
             if not finished and request is not None:
                 self._count("streams_unfinished")
         if last is not None:
-            self._count("streams_stored")
+            self._count("streams_finished")
             await self._astore(request, lambda: to_payload(final(last, deltas)))
 
     @staticmethod
@@ -671,6 +674,7 @@ class CachedMultiModalLLM(LLM):
     # ------------------------------------------------------------------ chat
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        messages = list(messages)
         request = self._chat_request(messages, kwargs)
         cached = self._lookup(request, self._chat_from_payload)
         if cached is not None:
@@ -681,6 +685,7 @@ class CachedMultiModalLLM(LLM):
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        messages = list(messages)
         request = self._chat_request(messages, kwargs)
         cached = await self._alookup(request, self._chat_from_payload)
         if cached is not None:
@@ -691,6 +696,7 @@ class CachedMultiModalLLM(LLM):
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        messages = list(messages)
         request = self._chat_request(messages, kwargs)
         cached = self._lookup(request, self._chat_from_payload)
         if cached is not None:
@@ -700,6 +706,7 @@ class CachedMultiModalLLM(LLM):
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
+        messages = list(messages)
         request = self._chat_request(messages, kwargs)
         cached = await self._alookup(request, self._chat_from_payload)
         if cached is not None:

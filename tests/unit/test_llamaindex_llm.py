@@ -396,7 +396,7 @@ def test_persistent_cache_survives_a_new_wrapper(tmp_path, inner, text_embedder)
 def test_constructor_engine_options(inner, text_embedder) -> None:
     llm = CachedMultiModalLLM(llm=inner, l1_threshold=0.9, clip_model=None, strict=True)
     assert llm.engine.l1_threshold == 0.9 and llm.engine.strict and llm.strict
-    assert llm.engine.stats()["config"]["storage"].startswith("memory") or llm.engine.store.persist_directory is None
+    assert llm.engine.store.mode == "ephemeral"  # in memory unless persist_directory is given
     with pytest.raises(ValueError):
         CachedMultiModalLLM(llm=inner, engine=llm.engine, l1_threshold=0.5)
     with pytest.raises(TypeError):
@@ -566,3 +566,13 @@ def test_query_engine_with_the_wrapper(cached, inner) -> None:
     assert calls >= 1
     assert str(qe.query("What color is the square?")) == first
     assert len(inner.calls) == calls
+
+
+def test_image_detail_is_part_of_the_key(cached, inner) -> None:
+    raw = png_bytes(RED)
+    cached.chat(user(QUESTION, ImageBlock(image=raw, detail="low")))
+    cached.chat(user(QUESTION, ImageBlock(image=raw, detail="high")))
+    assert cached.last_hit is None
+    cached.chat(user(QUESTION, ImageBlock(image=raw, detail="low")))
+    assert cached.last_hit is not None and len(inner.calls) == 2
+

@@ -17,13 +17,11 @@ from llama_index.core.base.llms.types import (
     ChatResponseGen,
     CompletionResponse,
     CompletionResponseGen,
-    ImageBlock,
     LLMMetadata,
     MessageRole,
-    TextBlock,
     ToolCallBlock,
 )
-from llama_index.core.bridge.pydantic import BaseModel, PrivateAttr
+from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
@@ -41,7 +39,7 @@ from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.tools import FunctionTool
 
 from mlc_integrations.llamaindex import CachedFunctionCallingLLM, CachedMultiModalLLM
-from tests.helpers import png_bytes, solid
+from tests.helpers import solid
 from tests.unit.test_llamaindex_llm import RED, QUESTION, VisionEchoLLM, describe, user
 
 
