@@ -582,6 +582,8 @@ async def test_astream_bypasses_the_cache(cache: MultimodalSemanticCache) -> Non
     q = ask("What color is the shape?", RED_PNG)
     await model.ainvoke(q)
     assert "".join([c.content async for c in model.astream(q)]) == "answer-2" and model.calls == 2
+    _ = [e async for e in model.astream_events(q, version="v2")]  # built on astream: no cache either
+    assert model.calls == 3
     cached_stream = CountingChatModel(cache=cache, disable_streaming=True)
     assert [c.content async for c in cached_stream.astream(q)] == ["answer-1"] and cached_stream.calls == 0
 
