@@ -477,11 +477,11 @@ class MultimodalSemanticCache(BaseCache):
             return pending
         try:
             req, kind = self.request(prompt, llm_string)
-        except MLCError:
+        except MLCError as exc:
             self._count("bad_input")
             if self.strict:
                 raise
-            log.info("cache %s skipped: prompt cannot be keyed", op, exc_info=True)
+            log.info("cache %s skipped: prompt cannot be keyed: %s", op, exc)
             return None, "invalid"
         except Exception as exc:  # a parsing bug must never break the user's LLM call
             self._count("bad_input")
@@ -508,7 +508,9 @@ class MultimodalSemanticCache(BaseCache):
         except Exception as exc:
             self._count("updates_skipped")
             if self.strict:
-                raise exc if isinstance(exc, MLCError) else PayloadError(f"cannot serialize generations: {exc}") from exc
+                if isinstance(exc, MLCError):
+                    raise
+                raise PayloadError(f"cannot serialize generations: {exc}") from exc
             log.info("response not cached: %s: %s", type(exc).__name__, exc)
             return None
         return {"format": PAYLOAD_FORMAT, "v": PAYLOAD_VERSION, "generations": data}
@@ -525,7 +527,9 @@ class MultimodalSemanticCache(BaseCache):
             self._count("unreadable_entries")
             log.warning("cache entry %s is unreadable, treating as a miss: %s", hit.entry_id[:12], exc)
             if self.strict:
-                raise exc if isinstance(exc, MLCError) else PayloadError(str(exc)) from exc
+                if isinstance(exc, MLCError):
+                    raise
+                raise PayloadError(f"cache entry {hit.entry_id[:12]} is unreadable: {exc}") from exc
             return None
         return gens
 
