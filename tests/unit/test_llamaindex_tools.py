@@ -94,6 +94,13 @@ class ToolVisionLLM(FunctionCallingLLM):
                 call = ToolCallBlock(tool_call_id=f"call_{uuid.uuid4().hex[:8]}", tool_name="add",
                                      tool_kwargs=json.dumps({"a": nums[0], "b": nums[1]}))
                 return ChatMessage(role="assistant", blocks=[call])
+            if len(tools) == 1 and names[0] not in ("multiply", "add"):
+                # Structured output: fill every string field with what the picture shows.
+                seen = describe(messages).split(".")[0].removeprefix("I see ")
+                props = tools[0]["function"]["parameters"].get("properties", {})
+                call = ToolCallBlock(tool_call_id=f"call_{uuid.uuid4().hex[:8]}", tool_name=names[0],
+                                     tool_kwargs={k: seen for k in props})
+                return ChatMessage(role="assistant", blocks=[call])
         return ChatMessage(role="assistant", content=describe(messages))
 
     @llm_chat_callback()
@@ -249,6 +256,23 @@ def test_predict_and_call_goes_through_the_cache(fc_cached, fc_inner) -> None:
     out1 = fc_cached.predict_and_call(TOOLS, user_msg="What is 6 times 7?")
     out2 = fc_cached.predict_and_call(TOOLS, user_msg="What is 6 times 7?")
     assert out1.response == out2.response == "42" and fc_inner.calls == ["chat"]
+
+
+def test_structured_predict_with_a_picture(fc_cached, fc_inner) -> None:
+    from llama_index.core.bridge.pydantic import BaseModel
+    from llama_index.core.prompts import ChatPromptTemplate
+
+    class Colour(BaseModel):
+        colour: str
+
+    def prompt(img: Any) -> ChatPromptTemplate:
+        return ChatPromptTemplate(message_templates=user("Which colour is shown?", img))
+
+    first = fc_cached.structured_predict(Colour, prompt(RED))
+    second = fc_cached.structured_predict(Colour, prompt(RED))
+    assert first == second == Colour(colour="red") and fc_inner.calls == ["chat"]
+    assert fc_cached.structured_predict(Colour, prompt(solid((30, 30, 220)))) == Colour(colour="blue")
+    assert fc_inner.calls == ["chat", "chat"]
 
 
 @pytest.mark.parametrize("streaming", [False, True])
