@@ -1,0 +1,358 @@
+"""Pieces the cookbook examples share: pictures with known answers, the offline
+stand-in vision model, the switch to a real provider, and small image changes.
+
+Nothing here is part of the library. The examples import it as ``_common`` (the
+script's own folder is first on ``sys.path`` when you run ``python cookbook/NN_x.py``).
+
+* **Pictures** come from easy-vqa's test split (installed offline by ``./dev``): one
+  shape of one colour on a plain background, with the colour and shape known from the
+  dataset's own question/answer pairs, so every answer can be checked.
+* **The stand-in model** is not a language model. It reads the colour and shape off the
+  pixels (median colour of the pixels that differ from the border, and how much of its
+  bounding box the shape fills) and answers easy-vqa style questions, calls the
+  ``catalog_price`` tool when asked for a price, and translates its previous answer
+  when asked to. It exists so that the examples run with no network and no API key,
+  and every output labels it. ``MLC_COOKBOOK_PROVIDER=openai`` or ``ollama`` swaps in a
+  real model (``MLC_COOKBOOK_MODEL`` picks which one).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import os
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Optional, Sequence
+
+import numpy as np
+from PIL import Image, ImageEnhance
+
+from mlc_integrations.models import NAMED_CLIP_MODELS
+
+PROVIDER_ENV = "MLC_COOKBOOK_PROVIDER"
+MODEL_ENV = "MLC_COOKBOOK_MODEL"
+PROVIDERS = ("standin", "openai", "ollama")
+DEFAULT_MODELS = {"openai": "gpt-4o-mini", "ollama": "llama3.2-vision"}
+OFFLINE_CLIP = "mlc-easyvqa-tiny"
+
+STANDIN_LABEL = (
+    "STAND-IN MODEL (not an LLM): reads colour and shape from the pixels; "
+    f"set {PROVIDER_ENV}=openai|ollama for a real one"
+)
+
+COLORS = ("red", "green", "blue", "black", "gray", "teal", "brown", "yellow")
+SHAPES = ("circle", "rectangle", "triangle")
+# easy-vqa draws its shapes in these exact colours.
+PALETTE = {
+    "red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "black": (0, 0, 0),
+    "gray": (128, 128, 128), "teal": (0, 128, 128), "brown": (165, 42, 42), "yellow": (255, 255, 0),
+}
+FRENCH = {
+    "red": "rouge", "green": "vert", "blue": "bleu", "black": "noir", "gray": "gris", "teal": "sarcelle",
+    "brown": "marron", "yellow": "jaune", "circle": "cercle", "rectangle": "rectangle", "triangle": "triangle",
+    "yes": "oui", "no": "non",
+}
+
+
+# ---------------------------------------------------------------------------- set-up
+def provider() -> str:
+    """The model provider chosen by ``MLC_COOKBOOK_PROVIDER`` (default: the stand-in)."""
+    value = os.environ.get(PROVIDER_ENV, "standin").strip().lower() or "standin"
+    if value not in PROVIDERS:
+        raise SystemExit(f"{PROVIDER_ENV}={value!r}: choose one of {', '.join(PROVIDERS)}")
+    return value
+
+
+def provider_model(name: str) -> str:
+    return os.environ.get(MODEL_ENV) or DEFAULT_MODELS[name]
+
+
+def offline_clip_model() -> Optional[str]:
+    """``"mlc-easyvqa-tiny"`` when its checkpoint is installed, else None (L2 off).
+
+    The offline CLIP only knows easy-vqa's world (eight colours, three shapes), which is
+    what these examples show. For your own pictures point ``clip_model`` at a real CLIP.
+    """
+    path = NAMED_CLIP_MODELS[OFFLINE_CLIP]
+    return OFFLINE_CLIP if (path / "open_clip_config.json").exists() else None
+
+
+def describe_setup(clip_model: Optional[str]) -> str:
+    model = STANDIN_LABEL if provider() == "standin" else f"{provider()} model {provider_model(provider())}"
+    l2 = f"L2 on ({clip_model})" if clip_model else f"L2 off ({OFFLINE_CLIP} checkpoint not installed)"
+    return f"model: {model}\ncache: in-memory Chroma, L0.5 + L1 (all-MiniLM-L6-v2) + {l2}"
+
+
+def tier_of(hit: Any) -> str:
+    """``"L0.5"``/``"L1"``/``"L2"`` for a hit, ``"miss"`` for None."""
+    return hit.tier if hit is not None else "miss"
+
+
+# ---------------------------------------------------------------------------- pictures
+@dataclass(frozen=True)
+class Picture:
+    """An easy-vqa picture and its ground truth."""
+
+    image_id: int
+    color: str
+    shape: str
+    image: Image.Image = field(compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        return f"{self.color} {self.shape} (easy-vqa test #{self.image_id})"
+
+    def png(self) -> bytes:
+        return png_bytes(self.image)
+
+    def data_url(self) -> str:
+        return "data:image/png;base64," + base64.b64encode(self.png()).decode("ascii")
+
+
+def png_bytes(im: Image.Image) -> bytes:
+    buf = io.BytesIO()
+    im.save(buf, "PNG")
+    return buf.getvalue()
+
+
+@lru_cache(maxsize=2)
+def easyvqa_labels(split: str = "test") -> dict[int, tuple[str, str]]:
+    """(colour, shape) of every easy-vqa image whose questions state both."""
+    import easy_vqa
+
+    qs, answers, ids = easy_vqa.get_test_questions() if split == "test" else easy_vqa.get_train_questions()
+    color: dict[int, str] = {}
+    shape: dict[int, str] = {}
+    for q, a, i in zip(qs, answers, ids):
+        q = q.lower()
+        if q.startswith("what") and "color" in q:
+            color[i] = a
+        elif q.startswith("what shape"):
+            shape[i] = a
+        else:
+            m = re.match(r"what is the (\w+) shape\?", q)
+            if m:
+                color[i], shape[i] = m.group(1), a
+    return {i: (color[i], shape[i]) for i in sorted(color) if i in shape}
+
+
+@lru_cache(maxsize=64)
+def picture(color: str, shape: str, nth: int = 0, split: str = "test") -> Picture:
+    """The ``nth`` easy-vqa picture of a ``color`` ``shape`` (that the stand-in reads right)."""
+    import easy_vqa
+
+    paths = easy_vqa.get_test_image_paths() if split == "test" else easy_vqa.get_train_image_paths()
+    seen = 0
+    for image_id, (c, s) in easyvqa_labels(split).items():
+        if (c, s) != (color, shape):
+            continue
+        im = Image.open(paths[image_id]).convert("RGB")
+        if read_picture(im) != (c, s):
+            continue  # shapes cut by the border fool the stand-in; skip them
+        if seen == nth:
+            return Picture(image_id, c, s, im)
+        seen += 1
+    raise LookupError(f"no easy-vqa {split} picture #{nth} of a {color} {shape}")
+
+
+# ---------------------------------------------------------------------------- camera-like changes
+def shift(im: Image.Image, dx: int, dy: int) -> Image.Image:
+    """Pan by (dx, dy) pixels; the uncovered border repeats the edge (a plain background)."""
+    a = np.asarray(im.convert("RGB"))
+    a = np.pad(a, ((abs(dy), abs(dy)), (abs(dx), abs(dx)), (0, 0)), mode="edge")
+    w, h = im.size
+    y0, x0 = abs(dy) - dy, abs(dx) - dx
+    return Image.fromarray(np.ascontiguousarray(a[y0:y0 + h, x0:x0 + w]))
+
+
+def brightness(im: Image.Image, factor: float) -> Image.Image:
+    return ImageEnhance.Brightness(im.convert("RGB")).enhance(float(factor))
+
+
+def noise(im: Image.Image, sigma: float, rng: np.random.Generator) -> Image.Image:
+    a = np.asarray(im.convert("RGB")).astype(np.float32) + rng.normal(0.0, float(sigma), size=(im.size[1], im.size[0], 3))
+    return Image.fromarray(np.clip(a, 0, 255).round().astype(np.uint8))
+
+
+# ---------------------------------------------------------------------------- the stand-in's "vision"
+def read_picture(im: Image.Image) -> tuple[Optional[str], Optional[str]]:
+    """(colour, shape) read off the pixels: what the stand-in model "sees"."""
+    a = np.asarray(im.convert("RGB")).astype(np.float32)
+    border = np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
+    mask = np.linalg.norm(a - np.median(border, axis=0), axis=2) > 60
+    if mask.sum() < 4:
+        return None, None
+    names = list(PALETTE)
+    pal = np.array([PALETTE[n] for n in names], dtype=np.float32)
+    color = names[int(np.argmin(np.linalg.norm(pal - np.median(a[mask], axis=0), axis=1)))]
+    ys, xs = np.nonzero(mask)
+    fill = mask.sum() / ((ys.max() - ys.min() + 1) * (xs.max() - xs.min() + 1))
+    shape = "rectangle" if fill > 0.88 else ("circle" if fill > 0.64 else "triangle")
+    return color, shape
+
+
+def catalog_price(color: str, shape: str) -> str:
+    """Price of a shape in the toy shop's catalog (the tool the agents call)."""
+    if shape not in SHAPES or color not in COLORS:
+        return f"no catalog entry for a {color} {shape}"
+    cents = {"circle": 300, "rectangle": 450, "triangle": 250}[shape] + 20 * COLORS.index(color)
+    return f"${cents // 100}.{cents % 100:02d}"
+
+
+def true_answer(question: str, color: str, shape: str, previous: Optional[str] = None) -> str:
+    """The correct answer to the questions the examples ask (``previous``: the correct
+    answer to the question before, for "answer again ... in French")."""
+    q = question.lower()
+    if "french" in q:
+        return FRENCH.get(previous or "", previous or "")
+    if "describe" in q:
+        return f"a {color} {shape}"
+    if q.startswith(("what", "which")) and ("color" in q or "colour" in q):
+        return color
+    if q.startswith("what") and "shape" in q:
+        return shape
+    negated = bool(re.search(r"\b(not|no)\b", q))
+    for word in COLORS + SHAPES:
+        if re.search(rf"\b{word}\b", q):
+            present = word in (color, shape)
+            return "yes" if present != negated else "no"
+    return "I can only answer questions about the colour and shape in the picture."
+
+
+@dataclass
+class SimpleMessage:
+    """A framework-neutral message for the stand-in: role is user/assistant/tool/system."""
+
+    role: str
+    text: str = ""
+    images: list[Image.Image] = field(default_factory=list)
+
+
+def standin_decide(messages: Sequence[SimpleMessage], tool_names: Sequence[str]) -> tuple[str, Any]:
+    """What the stand-in does next: ``("tool_call", (name, args))`` or ``("text", answer)``."""
+    users = [i for i, m in enumerate(messages) if m.role == "user"]
+    if not users:
+        return "text", "Please ask a question about a picture."
+    last = users[-1]
+    pictures = [im for m in messages[: last + 1] if m.role == "user" for im in m.images]
+    if not pictures:
+        return "text", "I don't see a picture."
+    color, shape = read_picture(pictures[-1])
+    if color is None or shape is None:
+        return "text", "I can't make out a shape in this picture."
+    results = [m for m in messages[last + 1:] if m.role == "tool"]
+    question = messages[last].text
+    if results:
+        return "text", f"The {color} {shape} costs {results[-1].text}."
+    if "catalog_price" in tool_names and re.search(r"\b(price|cost|how much)\b", question.lower()):
+        return "tool_call", ("catalog_price", {"color": color, "shape": shape})
+    answers = [m.text for m in messages[:last] if m.role == "assistant"]
+    return "text", true_answer(question, color, shape, previous=answers[-1] if answers else None)
+
+
+# ---------------------------------------------------------------------------- LangChain
+def langchain_image_block(pic: Picture) -> dict[str, Any]:
+    """An OpenAI-style image block with the picture as a PNG data URL."""
+    return {"type": "image_url", "image_url": {"url": pic.data_url()}}
+
+
+def _langchain_stand_in_class() -> type:
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+    from pydantic import PrivateAttr
+
+    from mlc_integrations.images import decode_image
+
+    def simple(message: BaseMessage) -> SimpleMessage:
+        role = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}.get(message.type, message.type)
+        content = message.content
+        if isinstance(content, str):
+            return SimpleMessage(role, content)
+        texts, images = [], []
+        for block in content:
+            if isinstance(block, str):
+                texts.append(block)
+            elif block.get("type") == "text":
+                texts.append(block.get("text", ""))
+            elif block.get("type") == "image_url":
+                url = block["image_url"]["url"] if isinstance(block["image_url"], dict) else block["image_url"]
+                images.append(decode_image(url, what="stand-in image").pil)
+        return SimpleMessage(role, "\n".join(texts), images)
+
+    class StandInVisionChatModel(BaseChatModel):
+        """LangChain chat model for offline runs: answers from the pixels (see module doc).
+
+        Tool calls get fresh random ids, as real providers give them; ``calls`` counts
+        the times the model really ran; ``latency_s`` makes it as slow as a remote model.
+        """
+
+        model_name: str = "standin-vision-1"
+        latency_s: float = 0.0
+        _calls: int = PrivateAttr(default=0)
+        _lock: Any = PrivateAttr(default_factory=threading.Lock)
+
+        @property
+        def _llm_type(self) -> str:
+            return "cookbook-standin-vision"
+
+        @property
+        def calls(self) -> int:
+            return self._calls
+
+        def bind_tools(self, tools: Sequence[Any], *, tool_choice: Optional[str] = None, **kwargs: Any) -> Any:
+            formatted = [convert_to_openai_tool(t) for t in tools]
+            if tool_choice:
+                kwargs["tool_choice"] = tool_choice
+            return self.bind(tools=formatted, **kwargs)
+
+        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
+                      **kwargs: Any) -> ChatResult:
+            with self._lock:
+                self._calls += 1
+            if self.latency_s:
+                time.sleep(self.latency_s)
+            names = [t["function"]["name"] for t in kwargs.get("tools") or []]
+            kind, value = standin_decide([simple(m) for m in messages], names)
+            meta = {"model_name": self.model_name, "produced_by_pid": os.getpid()}
+            if kind == "tool_call":
+                name, args = value
+                call = {"name": name, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}
+                message = AIMessage(content="", tool_calls=[call], response_metadata=meta)
+            else:
+                message = AIMessage(content=value, response_metadata=meta)
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+    return StandInVisionChatModel
+
+
+@lru_cache(maxsize=1)
+def langchain_stand_in_class() -> type:
+    return _langchain_stand_in_class()
+
+
+def langchain_chat_model(latency_s: float = 0.0, *, cache: Any = None) -> Any:
+    """The chat model for the chosen provider; the provider's package is imported only here."""
+    name = provider()
+    options: dict[str, Any] = {"cache": cache} if cache is not None else {}
+    if name == "openai":
+        from langchain_openai import ChatOpenAI  # pip install langchain-openai; needs OPENAI_API_KEY
+
+        return ChatOpenAI(model=provider_model(name), temperature=0, **options)
+    if name == "ollama":
+        from langchain_ollama import ChatOllama  # pip install langchain-ollama; needs `ollama serve`
+
+        return ChatOllama(model=provider_model(name), temperature=0, **options)
+    return langchain_stand_in_class()(latency_s=latency_s, **options)
+
+
+def model_calls(model: Any, misses: int) -> int:
+    """Times the model really ran: the stand-in counts them; for a real provider every
+    cache miss is one call (LangChain calls the model only on a miss)."""
+    return int(getattr(model, "calls", misses))
