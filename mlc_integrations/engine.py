@@ -24,7 +24,7 @@ from .errors import (
     PayloadError,
     StorageError,
 )
-from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DecodedImage, decode_image
+from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DecodedImage, DecodeMemo, decode_image
 from .models import (
     DEFAULT_CLIP_MODEL,
     DEFAULT_CLIP_PRETRAINED,
@@ -158,6 +158,7 @@ class MLCEngine:
         self.max_prompt_chars = max_prompt_chars
         self.max_response_bytes = max_response_bytes
         self.n_candidates = n_candidates
+        self._decode_memo = DecodeMemo()
         self._clock = clock  # wall-clock seconds; injectable so TTL tests need no sleeping
 
         self._clip_spec = ClipSpec.parse(clip_model, clip_pretrained) if clip_model is not None else None
@@ -201,7 +202,15 @@ class MLCEngine:
 
     # ------------------------------------------------------------------ keying
     def _decode(self, value: Any, what: str) -> DecodedImage:
-        return decode_image(value, max_pixels=self.max_image_pixels, max_bytes=self.max_image_bytes, what=what)
+        key = self._decode_memo.key(value)
+        if key is not None:
+            found = self._decode_memo.get(key)
+            if found is not None:
+                return found
+        img = decode_image(value, max_pixels=self.max_image_pixels, max_bytes=self.max_image_bytes, what=what)
+        if key is not None:
+            self._decode_memo.put(key, img)
+        return img
 
     def key(self, request: CacheRequest) -> KeyedRequest:
         """Validate a request and compute its exact keys (memoized on the request)."""
