@@ -356,3 +356,153 @@ def model_calls(model: Any, misses: int) -> int:
     """Times the model really ran: the stand-in counts them; for a real provider every
     cache miss is one call (LangChain calls the model only on a miss)."""
     return int(getattr(model, "calls", misses))
+
+
+# ---------------------------------------------------------------------------- LlamaIndex
+def _llamaindex_stand_in_class() -> type:
+    import json
+
+    from llama_index.core.base.llms.types import (
+        ChatMessage,
+        ChatResponse,
+        CompletionResponse,
+        ImageBlock,
+        LLMMetadata,
+        MessageRole,
+        TextBlock,
+        ToolCallBlock,
+    )
+    from llama_index.core.bridge.pydantic import PrivateAttr
+    from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+    from llama_index.core.llms.function_calling import FunctionCallingLLM
+    from llama_index.core.llms.llm import ToolSelection
+
+    roles = {MessageRole.USER: "user", MessageRole.ASSISTANT: "assistant", MessageRole.TOOL: "tool",
+             MessageRole.SYSTEM: "system"}
+
+    def simple(message: ChatMessage) -> SimpleMessage:
+        texts = [b.text for b in message.blocks if isinstance(b, TextBlock)]
+        images = [Image.open(b.resolve_image()).convert("RGB") for b in message.blocks
+                  if isinstance(b, ImageBlock) and (b.image is not None or b.path is not None)]
+        return SimpleMessage(roles.get(message.role, str(message.role)), "\n".join(texts), images)
+
+    class StandInVisionLLM(FunctionCallingLLM):
+        """LlamaIndex function-calling LLM for offline runs: answers from the pixels (see
+        module doc). Tool specs arrive OpenAI-style in ``tools=``; tool calls leave as
+        ``ToolCallBlock`` s with fresh random ids; ``calls`` counts real runs."""
+
+        model: str = "standin-vision-1"
+        latency_s: float = 0.0
+        _calls: int = PrivateAttr(default=0)
+        _lock: Any = PrivateAttr(default_factory=threading.Lock)
+
+        @classmethod
+        def class_name(cls) -> str:
+            return "CookbookStandInVisionLLM"
+
+        @property
+        def calls(self) -> int:
+            return self._calls
+
+        @property
+        def metadata(self) -> LLMMetadata:
+            return LLMMetadata(model_name=self.model, is_chat_model=True, is_function_calling_model=True)
+
+        def _reply(self, messages: Sequence[ChatMessage], tools: Optional[list[dict[str, Any]]]) -> ChatResponse:
+            with self._lock:
+                self._calls += 1
+            if self.latency_s:
+                time.sleep(self.latency_s)
+            names = [t["function"]["name"] for t in tools or []]
+            kind, value = standin_decide([simple(m) for m in messages], names)
+            if kind == "tool_call":
+                name, args = value
+                block = ToolCallBlock(tool_call_id=f"call_{uuid.uuid4().hex[:12]}", tool_name=name, tool_kwargs=args)
+                message = ChatMessage(role="assistant", blocks=[block])
+            else:
+                message = ChatMessage(role="assistant", content=value)
+            return ChatResponse(message=message, additional_kwargs={"produced_by_pid": os.getpid()})
+
+        @llm_chat_callback()
+        def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+            return self._reply(messages, kwargs.get("tools"))
+
+        @llm_chat_callback()
+        async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+            return self._reply(messages, kwargs.get("tools"))
+
+        @llm_chat_callback()
+        def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
+            response = self._reply(messages, kwargs.get("tools"))
+            return iter([ChatResponse(message=response.message, delta=response.message.content or "")])
+
+        @llm_chat_callback()
+        async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
+            response = self._reply(messages, kwargs.get("tools"))
+
+            async def gen() -> Any:
+                yield ChatResponse(message=response.message, delta=response.message.content or "")
+
+            return gen()
+
+        @llm_completion_callback()
+        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+            text = self._reply([ChatMessage(role="user", content=prompt)], None).message.content or ""
+            return CompletionResponse(text=text)
+
+        @llm_completion_callback()
+        async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+            return self.complete(prompt, formatted=formatted, **kwargs)
+
+        @llm_completion_callback()
+        def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+            text = self.complete(prompt, formatted=formatted, **kwargs).text
+            return iter([CompletionResponse(text=text, delta=text)])
+
+        @llm_completion_callback()
+        async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
+            text = self.complete(prompt, formatted=formatted, **kwargs).text
+
+            async def gen() -> Any:
+                yield CompletionResponse(text=text, delta=text)
+
+            return gen()
+
+        def _prepare_chat_with_tools(self, tools: Sequence[Any], user_msg: Any = None,
+                                     chat_history: Optional[list[ChatMessage]] = None, verbose: bool = False,
+                                     allow_parallel_tool_calls: bool = False, tool_required: bool = False,
+                                     **kwargs: Any) -> dict[str, Any]:
+            messages = list(chat_history or [])
+            if user_msg:
+                messages.append(ChatMessage(role="user", content=user_msg) if isinstance(user_msg, str) else user_msg)
+            return {"messages": messages, "tools": [t.metadata.to_openai_tool() for t in tools] or None, **kwargs}
+
+        def get_tool_calls_from_response(self, response: ChatResponse, error_on_no_tool_call: bool = True,
+                                         **kwargs: Any) -> list[ToolSelection]:
+            calls = [b for b in response.message.blocks if isinstance(b, ToolCallBlock)]
+            if not calls and error_on_no_tool_call:
+                raise ValueError(f"expected a tool call in {response.message.content!r}")
+            return [ToolSelection(tool_id=c.tool_call_id or "", tool_name=c.tool_name,
+                                  tool_kwargs=json.loads(c.tool_kwargs) if isinstance(c.tool_kwargs, str) else c.tool_kwargs)
+                    for c in calls]
+
+    return StandInVisionLLM
+
+
+@lru_cache(maxsize=1)
+def llamaindex_stand_in_class() -> type:
+    return _llamaindex_stand_in_class()
+
+
+def llamaindex_llm(latency_s: float = 0.0) -> Any:
+    """The LlamaIndex LLM for the chosen provider; the provider's package is imported only here."""
+    name = provider()
+    if name == "openai":
+        from llama_index.llms.openai import OpenAI  # pip install llama-index-llms-openai; needs OPENAI_API_KEY
+
+        return OpenAI(model=provider_model(name), temperature=0)
+    if name == "ollama":
+        from llama_index.llms.ollama import Ollama  # pip install llama-index-llms-ollama; needs `ollama serve`
+
+        return Ollama(model=provider_model(name), temperature=0, request_timeout=120)
+    return llamaindex_stand_in_class()(latency_s=latency_s)
