@@ -33,6 +33,14 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     return run_quickstart(persist_directory=args.dir)
 
 
+def _cmd_train_clip(args: argparse.Namespace) -> int:
+    from .eval.train_clip import train
+
+    report = train(args.out, steps=args.steps, seed=args.seed, threads=args.threads)
+    print(json.dumps(report, indent=2))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mlc", description="Multi-level cache for multimodal LLMs")
     sub = p.add_subparsers(dest="command", required=True)
@@ -44,6 +52,13 @@ def build_parser() -> argparse.ArgumentParser:
     d = sub.add_parser("demo", help="the main job (for now the quickstart)")
     d.add_argument("--dir", default=None, help="persist directory (default: in memory)")
     d.set_defaults(func=_cmd_quickstart)
+
+    t = sub.add_parser("train-clip", help="train the offline L2 model mlc-easyvqa-tiny on easy-vqa's train split (CPU, minutes)")
+    t.add_argument("--out", default=None, help="output directory (default: the packaged mlc-easyvqa-tiny asset)")
+    t.add_argument("--steps", type=int, default=500)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a busy shared 2-core machine)")
+    t.set_defaults(func=_cmd_train_clip)
 
     s = sub.add_parser("stats", help="entries and configuration of a persisted cache")
     s.add_argument("--dir", default=".mlc_cache")
