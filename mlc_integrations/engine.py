@@ -257,11 +257,13 @@ class MLCEngine:
             embeddable=len(text) <= self.max_prompt_chars,
         )
         if request.text_embedding is not None:
-            kr.features["text"] = np.asarray(check_embedding(request.text_embedding, "text_embedding"), dtype=np.float32)
-            n = np.linalg.norm(kr.features["text"])
-            if n == 0:
-                raise InvalidRequestError("text_embedding is the zero vector")
-            kr.features["text"] = kr.features["text"] / n
+            # Normalize in float64: huge finite values would overflow a float32 cast to inf/NaN.
+            vec = np.asarray(check_embedding(request.text_embedding, "text_embedding"), dtype=np.float64)
+            with np.errstate(over="ignore"):
+                n = np.linalg.norm(vec)
+            if n == 0 or not np.isfinite(n):
+                raise InvalidRequestError("text_embedding is the zero vector or too large to normalize")
+            kr.features["text"] = (vec / n).astype(np.float32)
         request._keyed = kr
         return kr
 

@@ -208,28 +208,34 @@ def copy(req: CacheRequest) -> CacheRequest:
 
 
 class Recorder:
-    """Stores responses whose payload points at the identity of the request stored."""
+    """Stores responses whose payload points at the identity of the request stored.
+
+    Every attempt is recorded, not only the acknowledged ones: an update that fails
+    part-way (say on the L1 write) may already have written its response, by design
+    (response first, vectors last), and that response may be served later.
+    """
 
     def __init__(self, engine: MLCEngine) -> None:
         self.engine = engine
-        self.stored: list[Identity] = []
+        self.attempts: list[Optional[Identity]] = []
 
     def update(self, req: CacheRequest) -> None:
         try:
             ident: Optional[Identity] = identity(req)
         except Exception:
             ident = None
-        i = len(self.stored)
+        i = len(self.attempts)
+        self.attempts.append(ident)
         if self.engine.update(copy(req), {"i": i}) is not None:
             assert ident is not None, f"the engine stored a request the reference cannot key: {req!r:.300}"
-            self.stored.append(ident)
 
     def lookup_and_check(self, req: CacheRequest) -> Optional[str]:
         hit = self.engine.lookup(copy(req))
         if hit is None:
             return None
         probe = identity(req)
-        ref = self.stored[hit.payload["i"]]
+        ref = self.attempts[hit.payload["i"]]
+        assert ref is not None, f"served a response stored for an unkeyable request: {req!r:.300}"
         where = f"{hit.tier} hit {hit.explain()} for {req!r:.300}"
         assert (probe.scope, probe.namespace) == (ref.scope, ref.namespace), "other scope/tenant: " + where
         assert probe.context == ref.context, "other context: " + where

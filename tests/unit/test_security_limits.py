@@ -104,3 +104,19 @@ def test_response_size_limit_boundary(make_engine: Any) -> None:
     assert lax.update(CacheRequest(text="q2"), fits + "x") is None
     st = lax.stats()
     assert st["updates_failed"] == 1 and st["errors"] == {"update:PayloadError": 1} and lax.count() == 0
+
+
+@pytest.mark.parametrize("value", [1e300, 1e308, 0.0])
+def test_supplied_embedding_that_cannot_be_normalized_is_a_typed_error(make_engine: Any, value: float) -> None:
+    """Huge finite values overflowed the float32 cast to inf/NaN, which Chroma then
+    rejected only after the response had been written."""
+    from mlc_integrations import InvalidRequestError
+
+    strict = make_engine(strict=True, enable_l2=False)
+    with pytest.raises(InvalidRequestError, match="zero vector|too large"):
+        strict.update(CacheRequest(text="q", text_embedding=[value] * 384), "x")
+    lax = make_engine(enable_l2=False)
+    assert lax.update(CacheRequest(text="q", text_embedding=[value] * 384), "x") is None
+    assert lax.count() == 0 and lax.stats()["errors"] == {"update:InvalidRequestError": 1}
+    big_but_fine = [1e30] * 384
+    assert strict.update(CacheRequest(text="q2", text_embedding=big_but_fine), "ok") is not None
