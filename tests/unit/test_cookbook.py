@@ -151,8 +151,9 @@ def test_camera_scene_cuts_are_refused(camera) -> None:
     first_of_scene = [f for i, f in enumerate(camera["frames_detail"])
                       if i == 0 or f["scene"] != camera["frames_detail"][i - 1]["scene"]]
     assert [f["hit"] for f in first_of_scene] == ["miss"] * 4
-    for f in first_of_scene[1:]:
-        assert f["similarity"] < camera["threshold"]
+    if camera["l2"].startswith("on"):  # with L2 off there is no similarity, and nothing can hit
+        for f in first_of_scene[1:]:
+            assert f["similarity"] < camera["threshold"]
 
 
 def test_camera_frames_of_one_scene_reuse_the_answer_without_errors(camera) -> None:
