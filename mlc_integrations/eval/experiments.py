@@ -1,0 +1,235 @@
+"""The experiments behind ``mlc sweep``, ``mlc bench`` and ``mlc demo``.
+
+Every number comes from running a workload through LangChain's cache path against a
+backend (see :mod:`.runner`); nothing is projected.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from .backends import GroundTruthOracle
+from .baselines import GPTCacheLangChain, configurations, mlc_cache
+from .runner import RunResult, attach_speedups, run_workload
+from .workloads import Workload, build
+
+log = logging.getLogger(__name__)
+
+FULL_TAUS = (0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.99)
+QUICK_TAUS = (0.5, 0.8, 0.95, 0.99)
+
+# Tier series of a sweep: engine options for threshold tau (None: tau does not apply).
+SERIES: dict[str, Callable[[float], dict[str, Any]]] = {
+    "L0.5 only": lambda t: {"enable_l1": False, "enable_l2": False},
+    "L1 only": lambda t: {"enable_exact": False, "enable_l2": False, "l1_threshold": t},
+    "L2 only": lambda t: {"enable_exact": False, "enable_l1": False, "l2_threshold": t},
+    "MLC all tiers": lambda t: {"l1_threshold": t, "l2_threshold": t},
+}
+
+
+def environment() -> dict[str, Any]:
+    """Where the numbers were measured (timings on a shared machine vary with its load)."""
+    try:
+        load = os.getloadavg()
+    except OSError:  # pragma: no cover - not on every platform
+        load = (float("nan"),) * 3
+    import torch
+
+    return {
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_avg_1_5_15": [round(x, 2) for x in load],
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+    }
+
+
+def warm_models(clip_model: str = "mlc-easyvqa-tiny") -> None:
+    """Load the embedding models before any timing (loading is not lookup overhead)."""
+    from ..models import ClipEmbedder, ClipSpec, TextEmbedder
+
+    TextEmbedder.shared(None).embed(["warm up"])
+    ClipEmbedder.shared(ClipSpec.parse(clip_model)).load()
+
+
+@dataclass
+class Experiment:
+    """Results of one command, ready for the report."""
+
+    kind: str  # "sweep" | "bench" | "demo"
+    workloads: list[Workload]
+    results: list[RunResult] = field(default_factory=list)
+    taus: Sequence[float] = ()
+    backend_labels: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    env: dict[str, Any] = field(default_factory=environment)
+    started: float = field(default_factory=time.time)
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _bar(total: int, desc: str, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    # disable=None: no bar when stderr is not a terminal (logs, CI, tests).
+    return tqdm(total=total, desc=desc, unit="req", leave=False, disable=None, mininterval=0.5)
+
+
+def sweep(
+    workload_name: str,
+    *,
+    quick: bool = False,
+    taus: Optional[Sequence[float]] = None,
+    latency_ms: float = 20.0,
+    split: str = "test",
+    seed: int = 0,
+    gptcache: Optional[bool] = None,
+    progress: bool = True,
+) -> Experiment:
+    """Per tier and threshold: hit rate, accuracy, false-hit rate, lookup overhead and
+    end-to-end time against the ground-truth oracle, plus the no-cache and exact-only
+    baselines and (full runs) real GPTCache at its default threshold."""
+    t0 = time.perf_counter()
+    wl = build(workload_name, quick=quick, seed=seed, split=split)
+    taus = tuple(taus or (QUICK_TAUS if quick else FULL_TAUS))
+    oracle = GroundTruthOracle(latency_s=latency_ms / 1000.0)
+    exp = Experiment("sweep", [wl], taus=taus, backend_labels={"oracle": oracle.label})
+    warm_models()
+    series = [s for s in SERIES if wl.multimodal or s not in ("L2 only",)]
+    plan: list[tuple[str, str, dict[str, Any], Callable[[], Any]]] = [
+        ("no cache", "no cache", {}, lambda: None),
+        ("exact-only", "LangChain InMemoryCache (exact)", {}, configurations()["exact-only"][1]),
+        ("MLC defaults", "MLC engine defaults", {}, mlc_cache),
+    ]
+    for s in series:
+        for t in ([None] if s == "L0.5 only" else taus):
+            opts = SERIES[s](t if t is not None else 0.0)
+            plan.append((s, s if t is None else f"{s} tau={t:g}", {"tau": t, **opts},
+                         lambda opts=opts: mlc_cache(**opts)))
+    use_gpt = (not quick) if gptcache is None else gptcache
+    if use_gpt:
+        plan.append(("GPTCache t=0.8", "GPTCache (real) default similarity_threshold=0.8 = cosine 0.6", {"tau": 0.6},
+                     lambda: GPTCacheLangChain(0.8)))
+    else:
+        exp.notes.append("GPTCache is left out of quick sweeps (its whole-prompt embedding makes each lookup slow); "
+                         "`mlc bench` and full sweeps include it.")
+    bar = _bar(len(plan) * len(wl.items), f"sweep {wl.name}", progress)
+    for config, label, params, factory in plan:
+        r = run_workload(wl, factory(), oracle, config=config, label=label, params=params, progress=bar)
+        exp.results.append(r)
+    if bar is not None:
+        bar.close()
+    attach_speedups(exp.results)
+    exp.seconds = time.perf_counter() - t0
+    exp.extra.update(workload=wl.name, quick=quick, latency_ms=latency_ms, split=split, seed=seed)
+    return exp
+
+
+def bench(
+    workload_names: Sequence[str] = ("vqa", "camera", "qqp", "contextual"),
+    *,
+    quick: bool = False,
+    latency_ms: float = 500.0,
+    seed: int = 0,
+    real_llm: bool = True,
+    llm_items: int = 60,
+    progress: bool = True,
+) -> Experiment:
+    """Side by side on each workload: no cache, exact-only (InMemoryCache), real GPTCache
+    (t=0.8 and t=0.9), MLC defaults -- against the oracle, and on the text workload
+    against the real local LLM when it can run here."""
+    t0 = time.perf_counter()
+    wls = [build(n, quick=quick, seed=seed) for n in workload_names]
+    oracle = GroundTruthOracle(latency_s=latency_ms / 1000.0)
+    exp = Experiment("bench", wls, backend_labels={"oracle": oracle.label})
+    warm_models()
+    configs = configurations()
+    total = sum(len(w.items) for w in wls) * len(configs)
+    bar = _bar(total, "bench (oracle)", progress)
+    for wl in wls:
+        for name, (label, factory) in configs.items():
+            exp.results.append(run_workload(wl, factory(), oracle, config=name, label=label, progress=bar))
+    if bar is not None:
+        bar.close()
+    if real_llm:
+        _bench_real_llm(exp, seed=seed, items=llm_items, progress=progress)
+    attach_speedups(exp.results)
+    exp.seconds = time.perf_counter() - t0
+    exp.extra.update(quick=quick, latency_ms=latency_ms, seed=seed)
+    return exp
+
+
+def _bench_real_llm(exp: Experiment, *, seed: int, items: int, progress: bool) -> None:
+    from .backends import LocalGemmaChat
+
+    try:
+        t = time.perf_counter()
+        llm = LocalGemmaChat().load()
+        load_s = time.perf_counter() - t
+    except Exception as exc:  # report why, never invent a number
+        exp.notes.append(f"Real local LLM not run: {type(exc).__name__}: {exc}")
+        return
+    exp.backend_labels["llm"] = llm.label
+    exp.extra["llm_load_seconds"] = round(load_s, 1)
+    from .workloads import qqp_stream
+
+    wl = qqp_stream(n_pairs=max(1, items // 2), seed=seed)
+    wl.name = "qqp-llm"
+    wl.description += " (the real LLM answers every miss)"
+    exp.workloads.append(wl)
+    configs = configurations()
+    bar = _bar(len(wl.items) * len(configs), "bench (real LLM)", progress)
+    for name, (label, factory) in configs.items():
+        exp.results.append(run_workload(wl, factory(), llm, config=name, label=label, progress=bar))
+    if bar is not None:
+        bar.close()
+
+
+def demo(
+    *,
+    latency_ms: float = 300.0,
+    seed: int = 0,
+    persist_directory: Optional[str] = None,
+    progress: bool = True,
+) -> Experiment:
+    """The main job: VQA stream and camera stream through
+    ``set_llm_cache(MultimodalSemanticCache(...))`` on embedded Chroma with the offline
+    models, next to the same streams without a cache."""
+    import tempfile
+
+    from ..langchain import MultimodalSemanticCache
+
+    t0 = time.perf_counter()
+    wls = [build("vqa", quick=False, seed=seed), build("camera", quick=False, seed=seed)]
+    wls[0].items = wls[0].items[:200]
+    oracle = GroundTruthOracle(latency_s=latency_ms / 1000.0)
+    exp = Experiment("demo", wls, backend_labels={"oracle": oracle.label})
+    warm_models()
+    own = persist_directory is None
+    directory = persist_directory or tempfile.mkdtemp(prefix="mlc-demo-")
+    total = 2 * sum(len(w.items) for w in wls)
+    bar = _bar(total, "demo", progress)
+    for wl in wls:
+        exp.results.append(run_workload(wl, None, oracle, config="no cache", label="no cache", progress=bar))
+        cache = MultimodalSemanticCache(persist_directory=os.path.join(directory, wl.name),
+                                        clip_model="mlc-easyvqa-tiny")
+        exp.results.append(run_workload(wl, cache, oracle, config="MLC defaults",
+                                        label="MultimodalSemanticCache (embedded Chroma, defaults, L2 on mlc-easyvqa-tiny)",
+                                        progress=bar))
+    if bar is not None:
+        bar.close()
+    if own:
+        import shutil
+
+        shutil.rmtree(directory, ignore_errors=True)
+    attach_speedups(exp.results)
+    exp.seconds = time.perf_counter() - t0
+    exp.extra.update(latency_ms=latency_ms, seed=seed)
+    return exp

@@ -1,0 +1,64 @@
+"""The `mlc` CLI: a quick sweep writes a report whose numbers are present and sane;
+stats/clear work on a persisted cache."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlc_integrations import MLCEngine
+from mlc_integrations.cli import build_parser, main
+from mlc_integrations.request import CacheRequest
+
+
+def test_parser_has_the_commands() -> None:
+    p = build_parser()
+    for argv in (["demo"], ["sweep", "--workload", "vqa", "--quick"], ["bench", "--no-llm"], ["stats"], ["clear"],
+                 ["train-clip", "--steps", "1"], ["encoder-study"], ["quickstart"]):
+        assert callable(p.parse_args(argv).func)
+    with pytest.raises(SystemExit):
+        p.parse_args(["sweep", "--workload", "nope"])
+
+
+def test_quick_sweep_report_is_sane(tmp_path: Path, text_embedder: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("easy_vqa")
+    out = tmp_path / "report"
+    assert main(["sweep", "--workload", "vqa", "--quick", "--taus", "0.8,0.99", "--latency-ms", "2",
+                 "--out", str(out)]) == 0
+    data = json.loads((out / "sweep_vqa.json").read_text())
+    results = data["results"]
+    configs = {r["config"] for r in results}
+    assert {"no cache", "exact-only", "MLC defaults", "L0.5 only", "L1 only", "L2 only", "MLC all tiers"} <= configs
+    for r in results:
+        assert r["n"] > 0
+        for k in ("hit_rate", "accuracy", "false_hit_rate"):
+            assert 0.0 <= r[k] <= 1.0, (r["label"], k, r[k])
+        assert r["speedup"] is not None and r["speedup"] > 0
+        assert r["wall_s"] > 0
+    by = {r["config"]: r for r in results if r["params"].get("tau") in (None, 0.99)}
+    assert by["no cache"]["accuracy"] == 1.0 and by["no cache"]["hits"] == 0
+    assert by["exact-only"]["wrong_hits"] == 0 and by["exact-only"]["accuracy"] == 1.0
+    assert by["L0.5 only"]["wrong_hits"] == 0 and by["L0.5 only"]["hits"] >= by["exact-only"]["hits"]
+    assert by["MLC defaults"]["lookup_p50_ms"] is not None
+    assert "not a real model" in data["backends"]["oracle"]
+    md = (out / "sweep_vqa.md").read_text()
+    assert "NOT a real model" in md and "| no cache |" in md
+    for plot in data["plots"]:
+        assert (out / plot).stat().st_size > 1000
+    assert "report:" in capsys.readouterr().out
+
+
+def test_stats_and_clear_on_a_persisted_cache(tmp_path: Path, text_embedder: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    d = str(tmp_path / "cache")
+    eng = MLCEngine(persist_directory=d, clip_model=None)
+    eng.update(CacheRequest(text="hello", scope="m"), {"a": 1})
+    eng.update(CacheRequest(text="bye", scope="m"), {"a": 2})
+    eng.close()
+    assert main(["stats", "--dir", d]) == 0
+    assert json.loads(capsys.readouterr().out)["entries"] == 2
+    assert main(["clear", "--dir", d]) == 0
+    assert "cleared 2 entries" in capsys.readouterr().out
+    assert MLCEngine(persist_directory=d, clip_model=None).count() == 0
