@@ -43,14 +43,21 @@ from .request import (
 )
 from .stats import EngineStats
 from .storage import ChromaStore
+from .verify import DEFAULT_EXPLORE_RATE, DEFAULT_MIN_PRECISION, Decision, VerificationPolicy, make_policy
 
 log = logging.getLogger(__name__)
 
 # Defaults chosen from measurements (see README "How the thresholds were chosen";
 # reproduce with `python benchmarks/threshold_precision.py`).
-DEFAULT_L1_THRESHOLD = 0.95
+# L1 and the L2 prompt side only *retrieve* candidates for the verifier (verify.py),
+# which decides reuse: 0.80 reaches 76 % of qqp_val duplicates and every easy-vqa
+# paraphrase above 0.80 (raw cosine alone needed 0.95 and still reused negations).
+# Reproduce: `python -m mlc_integrations.eval.train_verifier train` (table "Retrieval
+# floor") and `... train_verifier vqa`; see docs/verification.md. With verifier="off"
+# pass l1_threshold=0.95 for the old raw-cosine behaviour.
+DEFAULT_L1_THRESHOLD = 0.80
 DEFAULT_L2_IMAGE_THRESHOLD = 0.95
-DEFAULT_L2_PROMPT_THRESHOLD = 0.95
+DEFAULT_L2_PROMPT_THRESHOLD = 0.80
 
 KEY_VERSION = "mlc1"
 _NO_EXPIRY = 1e18
@@ -119,6 +126,10 @@ class MLCEngine:
         max_response_bytes: int = 4 * 1024 * 1024,
         n_candidates: int = 16,
         clock: Callable[[], float] = time.time,
+        verifier: Any = "default",
+        verifier_precision: float = DEFAULT_MIN_PRECISION,
+        max_false_hit_rate: Optional[float] = None,
+        explore_rate: float = DEFAULT_EXPLORE_RATE,
     ) -> None:
         if l2_threshold is not None:
             l2_image_threshold = l2_prompt_threshold = l2_threshold
@@ -167,6 +178,10 @@ class MLCEngine:
         self._access: dict[str, float] = {}
         self._access_lock = threading.Lock()
         self._evict_lock = threading.Lock()
+        # Verifier between retrieval and reuse (verify.py, docs/verification.md); None = raw cosine only.
+        self.verification: Optional[VerificationPolicy] = make_policy(
+            verifier, min_precision=verifier_precision, max_false_hit_rate=max_false_hit_rate,
+            explore_rate=explore_rate, text_model=text_model)
 
     # ------------------------------------------------------------------ models
     @property
@@ -201,7 +216,16 @@ class MLCEngine:
         return "on" if self.enable_l2 else f"off ({self._l2_off_reason})"
 
     # ------------------------------------------------------------------ keying
+    def decode_image(self, value: Any, what: str = "image") -> DecodedImage:
+        """Decode an image under this engine's limits (memoized by its encoded form).
+
+        Adapters call it to report a bad block by name; the result can be passed back
+        in a :class:`CacheRequest` without being decoded again."""
+        return self._decode(value, what)
+
     def _decode(self, value: Any, what: str) -> DecodedImage:
+        if isinstance(value, DecodedImage):
+            return value
         key = self._decode_memo.key(value)
         if key is not None:
             found = self._decode_memo.get(key)
@@ -329,6 +353,7 @@ class MLCEngine:
     def _lookup(self, request: CacheRequest) -> Optional[Hit]:
         kr = self.key(request)
         now = self._clock()
+        kr.features.pop("verification", None)  # verdicts of this lookup only
         for tier, enabled, fn in (
             ("L0.5", self.enable_exact, self._lookup_exact),
             ("L1", self.enable_l1 and kr.embeddable and bool(kr.norm_text), self._lookup_l1),
@@ -341,7 +366,8 @@ class MLCEngine:
             if hit is not None:
                 self._stats.tier(tier, "hit")
                 return hit
-            self._stats.tier(tier, "miss")
+            refused = any(d.tier == tier and not d.accept for d in kr.features.get("verification", {}).values())
+            self._stats.tier(tier, "refused" if refused else "miss")
         return None
 
     @staticmethod
@@ -434,14 +460,37 @@ class MLCEngine:
         if isinstance(found, str):
             return None
         payload, meta = found
+        scores, thresholds = hit_candidate.scores, hit_candidate.thresholds
+        if self.verification is not None:
+            d = self._verify(hit_candidate, kr, tier, payload, meta)
+            if not d.accept:
+                return None
+            if d.verified:
+                scores = dict(scores, verifier=d.probability)
+                thresholds = dict(thresholds, verifier=d.threshold)
         return Hit(
             payload=payload,
             tier=tier,
             entry_id=hit_candidate.entry_id,
-            scores=hit_candidate.scores,
-            thresholds=hit_candidate.thresholds,
+            scores=scores,
+            thresholds=thresholds,
             matched_text=meta.get("text"),
         )
+
+    def _verify(self, cand: _Candidate, kr: KeyedRequest, tier: str, payload: Any, meta: dict[str, Any]) -> Decision:
+        """The verifier's verdict on a candidate, asked once per entry and lookup."""
+        seen: dict[str, Decision] = kr.features.setdefault("verification", {})
+        d = seen.get(cand.entry_id)
+        if d is None:
+            # The cosine is the verifier's signal only when it comes from the sentence model.
+            cosine = cand.scores["text"] if tier == "L1" else (
+                cand.scores["prompt"] if self.l2_prompt_encoder == "text" else None)
+            d = self.verification.decide(  # type: ignore[union-attr]
+                kr.request.text, meta.get("text"), cosine,
+                entry_id=cand.entry_id, request_key=kr.entry_id, stored_payload=payload)
+            d.tier = tier
+            seen[cand.entry_id] = d
+        return d
 
     def _lookup_l1(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
         vec = self._text_vec(kr)
@@ -578,6 +627,8 @@ class MLCEngine:
             self._access[kr.entry_id] = now
         if self.max_entries is not None:
             self._evict_if_needed()
+        if self.verification is not None:
+            self.verification.observe(kr.entry_id, payload)  # labels refused/explored candidates
         return kr.entry_id
 
     # ------------------------------------------------------------------ policy
@@ -714,10 +765,13 @@ class MLCEngine:
             "max_entries": self.max_entries,
             "strict": self.strict,
         }
+        snap["verification"] = self.verification.stats() if self.verification is not None else {"mode": "off"}
         return snap
 
     def reset_stats(self) -> None:
         self._stats.reset()
+        if self.verification is not None:
+            self.verification.reset_stats()
 
     def _fail(self, op: str, exc: BaseException) -> None:
         kind = type(exc).__name__

@@ -134,6 +134,8 @@ def decode_image(
     Accepts a PIL image, raw bytes, a filesystem path (str or PathLike), a data URL,
     bare base64 text, or a remote URL / :class:`ImageRef` (keyed by string, never fetched).
     """
+    if isinstance(value, DecodedImage):
+        return value
     if isinstance(value, ImageRef):
         return DecodedImage(digest="url:" + hashlib.sha256(value.url.encode()).hexdigest(), pil=None, source="url")
     if isinstance(value, Image.Image):
@@ -205,7 +207,7 @@ class DecodeMemo:
     base64 text), so a picture re-sent in every turn of a conversation is decoded once.
     Bounded by total pixels held. Paths are never memoized (the file may change)."""
 
-    def __init__(self, max_pixels: int = 64_000_000, min_len: int = 256) -> None:
+    def __init__(self, max_pixels: int = 64_000_000, min_len: int = 32) -> None:
         import threading
         from collections import OrderedDict
 

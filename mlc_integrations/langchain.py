@@ -56,7 +56,7 @@ except ImportError:  # pragma: no cover - older langchain-core
 from .conversation import Part, Turn, request_from_turns
 from .engine import MLCEngine
 from .errors import InvalidRequestError, MLCError, PayloadError
-from .images import ImageRef, decode_image, is_remote_url
+from .images import ImageRef, is_remote_url
 from .request import DEFAULT_NAMESPACE, CacheRequest, Hit
 
 log = logging.getLogger(__name__)
@@ -88,7 +88,6 @@ _NOT_KEYED_FIELDS = frozenset({
 })
 _IMAGE_BLOCK_TYPES = ("image_url", "input_image", "image")
 _PENDING_MAX = 8  # requests kept between a lookup miss and its update (they hold decoded images)
-DEFAULT_DECODED_PIXELS = 32_000_000  # ~96 MB of RGB kept by the decoded-image memo
 
 
 # ---------------------------------------------------------------------------- prompt parsing
@@ -290,50 +289,6 @@ class PromptParser:
         return parts
 
 
-class DecodedImageMemo:
-    """Decoded pictures by the SHA-256 of their data URL, bounded by total pixels.
-
-    LangChain re-sends every earlier image with each turn of a conversation, as base64
-    inside ``prompt``; decoding a 512x512 PNG costs tens of milliseconds on a CPU, hashing
-    its text about one. Equal text means equal pixels, so the key stays the pixel digest.
-    """
-
-    def __init__(self, max_pixels: int = DEFAULT_DECODED_PIXELS) -> None:
-        self.max_pixels = max_pixels
-        self._items: OrderedDict[bytes, Any] = OrderedDict()
-        self._pixels = 0
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def key(source: str) -> bytes:
-        return hashlib.sha256(source.encode("utf-8", "surrogatepass")).digest()
-
-    def get(self, key: bytes) -> Any:
-        with self._lock:
-            img = self._items.get(key)
-            if img is not None:
-                self._items.move_to_end(key)
-            return img
-
-    def put(self, key: bytes, img: Any) -> None:
-        size = img.width * img.height
-        if size > self.max_pixels:
-            return
-        with self._lock:
-            if key in self._items:
-                return
-            self._items[key] = img
-            self._pixels += size
-            while self._pixels > self.max_pixels:
-                _, old = self._items.popitem(last=False)
-                self._pixels -= old.width * old.height
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-            self._pixels = 0
-
-
 # ---------------------------------------------------------------------------- hit details
 @dataclass(frozen=True)
 class LookupRecord:
@@ -432,7 +387,6 @@ class MultimodalSemanticCache(BaseCache):
         self._pending_lock = threading.Lock()
         self._counts: dict[str, int] = {}
         self._counts_lock = threading.Lock()
-        self._decoded = DecodedImageMemo()
 
     # ------------------------------------------------------------------ request
     @property
@@ -444,21 +398,14 @@ class MultimodalSemanticCache(BaseCache):
         raw source, which it rejects the same way (a counted miss, nothing stored)."""
         if is_remote_url(source):
             return ImageRef(source)
-        key = self._decoded.key(source)
-        img = self._decoded.get(key)
-        if img is not None:
-            return img
         try:
-            img = decode_image(
-                source, max_pixels=self.engine.max_image_pixels, max_bytes=self.engine.max_image_bytes, what=label
-            ).pil
+            # the engine memoizes decoded pictures: history re-sent each turn decodes once
+            return self.engine.decode_image(source, label)
         except InvalidRequestError as exc:
             if self.strict:
                 raise
             log.debug("image not keyable, the lookup will be a miss: %s", exc)
             return source
-        self._decoded.put(key, img)
-        return img
 
     def parse(self, prompt: str) -> ParsedPrompt:
         """How this cache reads a LangChain ``prompt`` (useful to see what is keyed)."""

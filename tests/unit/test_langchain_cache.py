@@ -654,7 +654,7 @@ async def test_async_methods_are_native(cache: MultimodalSemanticCache) -> None:
 
 
 def test_images_resent_each_turn_are_decoded_once(cache: MultimodalSemanticCache, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mlc_integrations.langchain as adapter
+    import mlc_integrations.engine as adapter  # the engine's memo serves the adapter
 
     decoded: list[str] = []
     real = adapter.decode_image
@@ -674,12 +674,15 @@ def test_images_resent_each_turn_are_decoded_once(cache: MultimodalSemanticCache
 
 
 def test_decoded_image_memo_is_bounded_by_pixels() -> None:
-    from mlc_integrations.langchain import DecodedImageMemo
+    from mlc_integrations.images import DecodedImage, DecodeMemo
 
-    memo = DecodedImageMemo(max_pixels=3 * 64 * 64)
-    keys = [memo.key(f"data:image/png;base64,{i}") for i in range(4)]
-    for k in keys:
-        memo.put(k, solid((1, 2, 3)))
+    memo = DecodeMemo(max_pixels=4 * 64 * 64)
+    urls = [f"data:image/png;base64,{i:040d}" for i in range(5)]
+    keys = [memo.key(u) for u in urls]
+    assert all(k is not None for k in keys) and memo.key("short") is None and memo.key("/some/path.png") is None
+    for i, k in enumerate(keys):
+        memo.put(k, DecodedImage(digest=f"px:{i}", pil=solid((1, 2, 3)), source="pixels"))
     assert memo.get(keys[0]) is None and all(memo.get(k) is not None for k in keys[1:])
-    memo.put(memo.key("huge"), solid((1, 2, 3), (256, 256)))  # larger than the budget: not kept
-    assert memo.get(memo.key("huge")) is None and memo.get(keys[3]) is not None
+    big = DecodedImage(digest="px:big", pil=solid((1, 2, 3), (256, 256)), source="pixels")
+    memo.put(b"huge-key", big)  # larger than a quarter of the budget: not kept
+    assert memo.get(b"huge-key") is None and memo.get(keys[4]) is not None
