@@ -182,6 +182,9 @@ class MLCEngine:
         self.verification: Optional[VerificationPolicy] = make_policy(
             verifier, min_precision=verifier_precision, max_false_hit_rate=max_false_hit_rate,
             explore_rate=explore_rate, text_model=text_model)
+        if self.verification is None and self.l1_threshold < 0.95:
+            log.warning("verifier is off and l1_threshold=%.2f: raw cosine alone reuses negated and reworded "
+                        "questions below 0.95 (see docs/verification.md)", self.l1_threshold)
 
     # ------------------------------------------------------------------ models
     @property

@@ -24,6 +24,7 @@ import csv
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from collections import Counter, defaultdict
@@ -472,6 +473,262 @@ def cmd_train(args: argparse.Namespace) -> None:
         _log(f"wrote {path} ({path.stat().st_size // 1024} KiB)")
 
 
+# ----------------------------------------------------------------------------- easy-vqa evidence
+_NEG_RE = re.compile(r"\b(not|no)\b")
+_COLORS = ("red", "green", "blue", "black", "gray", "teal", "brown", "yellow")
+_SHAPES = ("circle", "rectangle", "triangle")
+
+
+def vqa_question_kind(q: str) -> tuple[str, str, bool]:
+    """(asks, attribute word, negated) of an easy-vqa template question."""
+    low = q.lower()
+    neg = bool(_NEG_RE.search(low))
+    attr = next((w for w in _COLORS + _SHAPES if re.search(rf"\b{w}\b", low)), "")
+    if low.startswith("what"):
+        asks = "what-color" if "color" in low else "what-shape"
+    else:
+        asks = "has-color" if attr in _COLORS else "has-shape"
+    return asks, attr, neg
+
+
+def vqa_pair_category(stored: str, new: str) -> str:
+    ka, kb = vqa_question_kind(stored), vqa_question_kind(new)
+    if ka == kb:
+        return "paraphrase"
+    if ka[0] == kb[0] and ka[1] == kb[1]:
+        return "negation"
+    if ka[0] == kb[0] and ka[2] == kb[2]:
+        return "changed colour/shape word"
+    if ka[0] == kb[0]:
+        return "changed word and negation"
+    return "different question"
+
+
+def _engine_verdicts(verifier: Verifier, pairs: Sequence[tuple[str, str]], cos: np.ndarray,
+                     retrieval: float, precision: float) -> np.ndarray:
+    """True where the engine at these settings would reuse (retrieved and accepted)."""
+    p = verifier.probabilities(list(pairs), cos)
+    return (cos >= retrieval) & (p >= verifier.models["full"].threshold_for_precision(precision))
+
+
+def number_variants(texts: Iterable[str], limit: int) -> list[tuple[str, str]]:
+    """(question, the same question with one number changed) for questions with numbers."""
+    out = []
+    for t in texts:
+        m = re.search(r"\b\d+\b", t)
+        if not m:
+            continue
+        n = int(m.group(0))
+        changed = t[:m.start()] + str(n + 1 if n < 10 else n * 2) + t[m.end():]
+        out.append((t, changed))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def cmd_vqa(args: argparse.Namespace) -> None:
+    import easy_vqa
+
+    from ..engine import DEFAULT_L1_THRESHOLD
+    from ..verify import DEFAULT_MIN_PRECISION
+
+    verifier = Verifier.load(args.verifier) if args.verifier else Verifier.default()
+    emb = EmbeddingCache(args.text_model, Path(args.cache_dir))
+    qs, _ans, ids = easy_vqa.get_test_questions()
+    by_img: dict[int, list[str]] = defaultdict(list)
+    for q, i in zip(qs, ids):
+        by_img[int(i)].append(q)
+    seen: set[tuple[str, str]] = set()
+    pairs: list[tuple[str, str]] = []
+    for questions in by_img.values():  # ordered pairs (stored, new) asked about one test image
+        for a in questions:
+            for b in questions:
+                if a != b and (a, b) not in seen:
+                    seen.add((a, b))
+                    pairs.append((a, b))
+    cos = emb.cosines([a for a, _ in pairs], [b for _, b in pairs])
+    cats = np.asarray([vqa_pair_category(a, b) for a, b in pairs])
+    settings = [("raw cosine, old default (τ=0.95, no verifier)", None, 0.95)]
+    settings.append((f"verifier, engine defaults (retrieval τ={DEFAULT_L1_THRESHOLD}, "
+                     f"precision {DEFAULT_MIN_PRECISION})", DEFAULT_MIN_PRECISION, DEFAULT_L1_THRESHOLD))
+    print("## easy-vqa test split: distinct question pairs asked about the same image\n")
+    print("| pair kind | pairs | " + " | ".join(f"reused: {n}" for n, _, _ in settings) + " |")
+    print("|---|---|" + "---|" * len(settings))
+    verdicts = {}
+    for name, prec, ret in settings:
+        verdicts[name] = (cos >= ret) if prec is None else _engine_verdicts(verifier, pairs, cos, ret, prec)
+    for cat in ("paraphrase", "negation", "changed colour/shape word", "changed word and negation", "different question"):
+        m = cats == cat
+        cells = [f"{int(verdicts[n][m].sum())} ({verdicts[n][m].mean():.1%})" for n, _, _ in settings]
+        print(f"| {cat} | {int(m.sum())} | " + " | ".join(cells) + " |")
+    nums = number_variants(load_qqp(Path(args.data_dir)).a, args.number_pairs)
+    ncos = emb.cosines([a for a, _ in nums], [b for _, b in nums])
+    print(f"\n## Changed numbers: {len(nums)} qqp_val questions with one number changed\n")
+    print("| setting | reused |")
+    print("|---|---|")
+    for name, prec, ret in settings:
+        v = (ncos >= ret) if prec is None else _engine_verdicts(verifier, nums, ncos, ret, prec)
+        print(f"| {name} | {int(v.sum())} of {len(nums)} (cosine median {np.median(ncos):.3f}) |")
+    print("\n## VQA stream through MLCEngine (L1 on the image pixels), oracle backend\n")
+    print("| setting | lookups | hit rate | hits wrong | answer accuracy |")
+    print("|---|---|---|---|---|")
+    for name, kw in (("raw cosine, old default (τ=0.95, no verifier)", {"verifier": "off", "l1_threshold": 0.95}),
+                     ("verifier at engine defaults", {})):
+        r = vqa_stream(kw, args.images, args.questions_per_image)
+        print(f"| {name} | {r['lookups']} | {r['hit_rate']:.3f} | {r['wrong_hits']} of {r['hits']} | {r['accuracy']:.3f} |")
+
+
+def vqa_stream(engine_kw: dict[str, Any], n_images: int, per_image: int) -> dict[str, Any]:
+    """Each easy-vqa test image asked ``per_image`` of its template questions (paraphrases,
+    negations, other colours and shapes) in random order; a miss calls an oracle that
+    answers with the ground truth and stores it. A hit is right if its answer equals
+    the new question's ground truth."""
+    import random as _random
+
+    from ..engine import MLCEngine
+    from ..request import CacheRequest
+    from .easyvqa import load_split, questions_for
+
+    rng = _random.Random(SEED)
+    images = list(load_split("test"))
+    rng.shuffle(images)
+    eng = MLCEngine(enable_l2=False, **engine_kw)
+    hits = wrong = correct = lookups = 0
+    try:
+        for img in images[:n_images]:
+            pool = sorted({q for qs in questions_for(img.color, img.shape).values() for q in qs})
+            for q in rng.sample(pool, min(per_image, len(pool))):
+                req = CacheRequest(text=q, images=[img.path], scope="vqa")
+                truth = img.answer(q)
+                lookups += 1
+                hit = eng.lookup(req)
+                if hit is None:
+                    eng.update(req, truth)
+                    correct += 1
+                    continue
+                hits += 1
+                if hit.payload == truth:
+                    correct += 1
+                else:
+                    wrong += 1
+    finally:
+        eng.close()
+    return {"lookups": lookups, "hits": hits, "wrong_hits": wrong, "hit_rate": hits / max(lookups, 1),
+            "accuracy": correct / max(lookups, 1)}
+
+
+# ----------------------------------------------------------------------------- error-bounded simulation
+def simulate_stream(verifier: Verifier, pairs: Sequence[tuple[str, str]], cos: np.ndarray, labels: np.ndarray,
+                    delta: float, steps: int, explore_rate: float, seed: int = SEED,
+                    window: int = 2000) -> list[dict[str, float]]:
+    """Error-bounded policy over a long stream of candidates with known correctness.
+
+    Each step draws a (new, stored) pair; a hit is scored against its label; a miss
+    (refused or explored) is followed by the application's update, whose fresh answer
+    equals the stored one exactly when reuse would have been right.
+    """
+    from ..verify import VerificationPolicy
+
+    rng = np.random.default_rng(seed)
+    pol = VerificationPolicy(verifier, max_false_hit_rate=delta, explore_rate=explore_rate, seed=seed)
+    p_all = verifier.probabilities(list(pairs), cos)
+    order = rng.integers(0, len(pairs), size=steps)
+    rows = []
+    hits = wrong = 0
+    w_hits = w_wrong = 0
+    for step, i in enumerate(order, start=1):
+        a, b = pairs[i]
+        stored = {"text": f"answer-{i}"}
+        d = pol.decide(a, b, float(cos[i]), entry_id=f"e{i}", request_key=f"r{step}", stored_payload=stored)
+        if d.accept:
+            hits += 1
+            w_hits += 1
+            if not labels[i]:
+                wrong += 1
+                w_wrong += 1
+        else:
+            fresh = stored if labels[i] else {"text": f"other-{i}"}
+            pol.observe(f"r{step}", fresh)
+        if step % window == 0:
+            st = pol.stats()
+            fhr = st["false_hit_rate"]
+            rows.append({"step": step, "hit_rate_window": w_hits / window,
+                         "false_hit_rate_window": w_wrong / w_hits if w_hits else float("nan"),
+                         "false_hit_rate_cumulative": wrong / hits if hits else float("nan"),
+                         "threshold": st["threshold"], "labels": st["labels"],
+                         "estimate": fhr["estimate"] if fhr else float("nan"),
+                         "upper_bound": fhr["upper_bound"] if fhr else float("nan"),
+                         "explored": st["explored"]})
+            w_hits = w_wrong = 0
+    _ = p_all
+    return rows
+
+
+def simulation_pool(args: argparse.Namespace) -> tuple[list[tuple[str, str]], np.ndarray, np.ndarray]:
+    """Candidate pairs with known correctness: qqp_val pairs and easy-vqa *test* same-image
+    pairs whose cosine reaches the retrieval threshold."""
+    import easy_vqa
+
+    from ..engine import DEFAULT_L1_THRESHOLD
+
+    qqp = load_qqp(Path(args.data_dir))
+    qs, ans, ids = easy_vqa.get_test_questions()
+    by_img: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for q, a, i in zip(qs, ans, ids):
+        by_img[int(i)].append((q, a))
+    va, vb, vy = [], [], []
+    for qa in by_img.values():
+        for q1, a1 in qa:
+            for q2, a2 in qa:
+                if q1 != q2:
+                    va.append(q1)
+                    vb.append(q2)
+                    vy.append(int(a1 == a2))
+    emb = EmbeddingCache(args.text_model, Path(args.cache_dir))
+    a = qqp.a + va
+    b = qqp.b + vb
+    y = np.concatenate([qqp.y, np.asarray(vy)])
+    cos = emb.cosines(a, b)
+    keep = cos >= DEFAULT_L1_THRESHOLD
+    idx = np.nonzero(keep)[0]
+    return [(a[i], b[i]) for i in idx], cos[idx], y[idx]
+
+
+def cmd_simulate(args: argparse.Namespace) -> None:
+    verifier = Verifier.load(args.verifier) if args.verifier else Verifier.default()
+    pairs, cos, y = simulation_pool(args)
+    print(f"## Error-bounded mode: {args.steps} candidates drawn from {len(pairs)} pairs "
+          f"(qqp_val + easy-vqa test, cosine >= retrieval threshold; {1 - y.mean():.1%} would be wrong hits)\n")
+    for delta in args.deltas:
+        rows = simulate_stream(verifier, pairs, cos, y, delta, args.steps, args.explore_rate)
+        print(f"### δ = {delta}, explore_rate = {args.explore_rate}\n")
+        print("| candidates so far | hit rate (window) | false-hit rate (window) | false-hit rate (cumulative) | "
+              "estimate / upper bound in stats() | threshold | labels |")
+        print("|---|---|---|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['step']} | {r['hit_rate_window']:.3f} | {r['false_hit_rate_window']:.3f} | "
+                  f"{r['false_hit_rate_cumulative']:.3f} | {r['estimate']:.3f} / {r['upper_bound']:.3f} | "
+                  f"{r['threshold']:.3f} | {r['labels']} |")
+        print()
+
+
+def cmd_latency(args: argparse.Namespace) -> None:
+    from ..verify import VerificationPolicy
+
+    verifier = Verifier.load(args.verifier) if args.verifier else Verifier.default()
+    qqp = load_qqp(Path(args.data_dir))
+    n = min(args.n, len(qqp))
+    pol = VerificationPolicy(verifier)
+    times = []
+    for a, b in zip(qqp.a[:n], qqp.b[:n]):  # distinct texts: no profile-cache help
+        t0 = time.perf_counter()
+        pol.decide(a, b, 0.9, entry_id="e", request_key="r", stored_payload="x")
+        times.append((time.perf_counter() - t0) * 1000.0)
+    t = np.asarray(times)
+    print(f"verifier decision per candidate over {n} qqp_val pairs (signals + trees + calibration): "
+          f"median {np.median(t):.3f} ms, p90 {np.percentile(t, 90):.3f} ms, p99 {np.percentile(t, 99):.3f} ms")
+
+
 # ----------------------------------------------------------------------------- main
 def main(argv: Optional[Sequence[str]] = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m mlc_integrations.eval.train_verifier", description=__doc__,
@@ -487,6 +744,22 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     t.add_argument("--dry-run", action="store_true", help="print the evidence, do not write the model")
     t.add_argument("--skip-signal-table", action="store_true", help="skip the per-signal CV table (slow)")
     t.set_defaults(fn=cmd_train)
+    v = sub.add_parser("vqa", help="easy-vqa test split: refusals by pair kind, changed numbers, VQA stream")
+    v.add_argument("--verifier", default=None, help="verifier JSON (default: the shipped one)")
+    v.add_argument("--images", type=int, default=150)
+    v.add_argument("--questions-per-image", type=int, default=8)
+    v.add_argument("--number-pairs", type=int, default=300)
+    v.set_defaults(fn=cmd_vqa)
+    s = sub.add_parser("simulate", help="error-bounded mode over a long candidate stream")
+    s.add_argument("--verifier", default=None)
+    s.add_argument("--deltas", type=float, nargs="+", default=[0.01, 0.05])
+    s.add_argument("--steps", type=int, default=40_000)
+    s.add_argument("--explore-rate", type=float, default=0.05)
+    s.set_defaults(fn=cmd_simulate)
+    la = sub.add_parser("latency", help="added latency per candidate")
+    la.add_argument("--verifier", default=None)
+    la.add_argument("-n", type=int, default=2000)
+    la.set_defaults(fn=cmd_latency)
     args = ap.parse_args(argv)
     args.fn(args)
 

@@ -1,0 +1,324 @@
+"""The verifier: signals, the JSON model, the policy, and its engine hook."""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+import numpy as np
+import pytest
+
+from mlc_integrations import CacheRequest
+from mlc_integrations.verify import (
+    DEFAULT_VERIFIER_PATH,
+    SIGNAL_NAMES,
+    VERIFIER_FORMAT,
+    VerificationPolicy,
+    Verifier,
+    VerifierFormatError,
+    WordWeights,
+    answer_text,
+    exact_answer_match,
+    extract_signals,
+    make_policy,
+)
+
+
+def sig(a: str, b: str, cos: float = 0.9) -> dict[str, float]:
+    return extract_signals(a, b, cos)
+
+
+# ----------------------------------------------------------------------------- signals
+def test_negation_signal() -> None:
+    assert sig("Is there a cat in the picture?", "Is there no cat in the picture?")["negation_mismatch"] == 1
+    assert sig("Why isn't it working?", "Why is it working?")["negation_mismatch"] == 1
+    assert sig("is there not a circle?", "is no circle present?")["negation_mismatch"] == 0
+    assert sig("Is there a cat?", "Is a cat present?")["negation_mismatch"] == 0
+
+
+def test_number_signal() -> None:
+    s = sig("What is 15% of 80?", "What is 25% of 80?")
+    assert s["number_mismatch"] == 1 and s["number_diff"] == 2
+    assert sig("I have two dogs", "I have 3 dogs")["number_mismatch"] == 1
+    assert sig("I have two dogs", "I have 2 dogs")["number_mismatch"] == 0
+    assert sig("It costs 1,000 dollars", "It costs 1000 dollars")["number_mismatch"] == 0
+    assert sig("Router 1.8.0.0 support", "Router 2.8.0.0 support")["number_mismatch"] == 1
+    assert sig("sequence 4,6,12,18?", "sequence 5,6,12,18?")["number_mismatch"] == 1
+    assert sig("the 2nd time", "the second time")["number_mismatch"] == 0
+    # "one" is a number only when the other side has numbers too
+    assert sig("Which one is better?", "Which is better?")["number_mismatch"] == 0
+    assert sig("Which one is better?", "Which two are better?")["number_mismatch"] == 1
+
+
+def test_unit_and_date_signals() -> None:
+    assert sig("How far is 5 km?", "How far is 5 miles?")["unit_mismatch"] == 1
+    assert sig("How far is 5 km?", "How far is 5 kilometers?")["unit_mismatch"] == 1  # not unified: refuse-safe
+    assert sig("Price in $", "Price in €")["unit_mismatch"] == 1
+    assert sig("What happened in March?", "What happened in April?")["date_mismatch"] == 1
+    assert sig("Is it open today?", "Is it open tomorrow?")["date_mismatch"] == 1
+    assert sig("Is it open today?", "Is it open today ?")["date_mismatch"] == 0
+
+
+def test_attribute_and_content_signals() -> None:
+    s = sig("is there a red shape?", "is there a blue shape?")
+    assert s["attribute_mismatch"] == 2 and s["content_substituted"] == 1
+    s = sig("is there a triangle?", "is there a circle?")
+    assert s["attribute_mismatch"] == 2
+    s = sig("is there a triangle?", "is there a triangle in the image?")
+    assert s["attribute_mismatch"] == 0 and s["content_substituted"] == 0 and s["content_added"] == 1
+    s = sig("What is the best Christmas gift you've ever given?", "What is the best Christmas gift you've ever received?")
+    assert s["content_substituted"] == 1
+    # plurals fold, so they are not a difference
+    assert sig("best books on Python", "best book on Python")["content_diff"] == 0
+
+
+def test_question_word_entity_order_length_signals() -> None:
+    assert sig("Why did pigeons become extinct?", "When did pigeons become extinct?")["wh_mismatch"] == 1
+    assert sig("Best food in Paris?", "Best food in London?")["entity_diff"] == 2
+    s = sig("What to import from Canada and sell in India?", "What to import from India and sell in Canada?")
+    assert s["order_swaps"] >= 1 and s["content_diff"] == 0
+    assert sig("a b c", "a b c")["order_swaps"] == 0
+    s = sig("How do I learn?", "How do I learn Python fast and well?")
+    assert s["length_diff"] == 4 and s["length_ratio"] == pytest.approx(4 / 8)
+    assert sig("x", "y", 0.42)["cosine"] == pytest.approx(0.42)
+
+
+def test_word_weights_make_rare_differences_count_more() -> None:
+    df, n = WordWeights.fit(["how to learn python"] * 10 + ["how to learn java", "learn rust"])
+    w = WordWeights(df, n)
+    common = extract_signals("how to learn python", "how to learn", 0.9, w)["diff_weight"]
+    rare = extract_signals("how to learn rust", "how to learn", 0.9, w)["diff_weight"]
+    assert rare > common > 0
+
+
+def test_signal_vector_is_complete_and_deterministic() -> None:
+    a = sig("Is 3 > 2 on Monday in Paris?", "is two bigger than three?")
+    assert list(a) == list(SIGNAL_NAMES)
+    assert a == sig("Is 3 > 2 on Monday in Paris?", "is two bigger than three?")
+    assert all(np.isfinite(v) for v in a.values())
+    assert all(np.isfinite(v) for v in sig("", "").values())
+
+
+# ----------------------------------------------------------------------------- model file
+def _logistic_verifier(a: float = 40.0, b: float = -36.0) -> Verifier:
+    """P(correct) = sigmoid(a * cosine + b): 0.5 at cosine 0.9, no calibration table."""
+    model = {"kind": "logistic", "features": ["cosine"], "coef": [a], "intercept": b}
+    return Verifier({"format": VERIFIER_FORMAT, "version": 1, "text_model": "all-MiniLM-L6-v2",
+                     "models": {"full": model, "lexical": {**model, "features": ["length_ratio"], "coef": [0.0],
+                                                           "intercept": 0.0}, "cosine": model}})
+
+
+def test_shipped_verifier_is_plain_json_with_all_models() -> None:
+    raw = DEFAULT_VERIFIER_PATH.read_text(encoding="utf-8")
+    data = json.loads(raw)  # JSON, nothing executable
+    assert data["format"] == VERIFIER_FORMAT
+    assert set(data["models"]) == {"full", "lexical", "cosine"}
+    v = Verifier.load()
+    assert v.training["command"].startswith("python -m mlc_integrations.eval.train_verifier")
+    p, model = v.probability("a", "b", 0.5)
+    assert model == "full" and 0.0 <= p <= 1.0
+
+
+def test_bad_verifier_files_are_typed_errors(tmp_path: Any) -> None:
+    bad = tmp_path / "v.json"
+    bad.write_text("not json")
+    with pytest.raises(VerifierFormatError):
+        Verifier.load(bad)
+    with pytest.raises(VerifierFormatError):
+        Verifier({"format": "other"})
+    with pytest.raises(VerifierFormatError):
+        Verifier({"format": VERIFIER_FORMAT, "version": 1,
+                  "models": {"full": {"kind": "logistic", "features": ["no_such_signal"], "coef": [1], "intercept": 0}}})
+    with pytest.raises(VerifierFormatError):
+        Verifier({"format": VERIFIER_FORMAT, "version": 99, "models": {}})
+
+
+def test_calibration_round_trip_train_save_load_same_decisions(tmp_path: Any) -> None:
+    """train -> export JSON -> save -> load -> the same probabilities and decisions."""
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    from mlc_integrations.eval.train_verifier import export_gbdt, isotonic, raw_score
+
+    rng = np.random.default_rng(0)
+    x = rng.random((600, len(SIGNAL_NAMES)))
+    y = ((x[:, 0] - 0.5 * x[:, 1] + 0.2 * rng.standard_normal(600)) > 0.3).astype(int)
+    w = np.ones(600)
+    model = HistGradientBoostingClassifier(max_iter=15, max_depth=3, monotonic_cst=[1] + [0] * (len(SIGNAL_NAMES) - 1),
+                                           random_state=0).fit(x, y)
+    raw = raw_score(model, x)
+    cx, cy = isotonic(raw, y, w)
+    spec = export_gbdt(model, SIGNAL_NAMES)
+    spec["calibration"] = {"x": cx.tolist(), "y": cy.tolist()}
+    v = Verifier({"format": VERIFIER_FORMAT, "version": 1, "models": {"full": spec}})
+    path = tmp_path / "verifier.json"
+    v.save(path)
+    loaded = Verifier.load(path)
+    p_loaded = loaded.models["full"].probability(x)
+    np.testing.assert_allclose(loaded.models["full"].scorer.raw(x), raw, atol=1e-9)
+    np.testing.assert_allclose(p_loaded, np.interp(raw, cx, cy), atol=1e-9)
+    thr = loaded.models["full"].threshold_for_precision(0.8)
+    assert ((p_loaded >= thr) == (np.interp(raw, cx, cy) >= thr)).all()
+
+
+def test_shipped_verifier_refuses_close_but_wrong_and_keeps_paraphrases(text_embedder: Any) -> None:
+    v = Verifier.default()
+    thr = make_policy().threshold  # type: ignore[union-attr]
+
+    def p(a: str, b: str) -> float:
+        va, vb = text_embedder.embed([a, b])
+        return v.probability(a, b, float(va @ vb))[0]
+
+    for a, b in [("Is there a cat in the picture?", "Is there no cat in the picture?"),
+                 ("What is 15% of 80?", "What is 25% of 80?"),
+                 ("is there a red shape?", "is there a blue shape?"),
+                 ("is there a triangle?", "is there a circle?"),
+                 ("what color is the shape?", "what shape is in the image?"),
+                 ("does the image contain a circle?", "does the image not contain a circle?")]:
+        assert p(a, b) < thr, (a, b)
+    for a, b in [("what color is the shape?", "what is the color of the shape?"),
+                 ("is there a triangle?", "is there a triangle in the image?")]:
+        assert p(a, b) >= thr, (a, b)
+
+
+# ----------------------------------------------------------------------------- answers
+def test_answer_text_reads_adapters_payloads_and_ignores_metadata() -> None:
+    lc1 = {"format": "x", "generations": [{"lc": 1, "kwargs": {"text": "Paris", "message": {
+        "kwargs": {"content": "Paris", "id": "run-1", "response_metadata": {"tokens": 5}}}}}]}
+    lc2 = {"format": "x", "generations": [{"lc": 1, "kwargs": {"text": "Paris", "message": {
+        "kwargs": {"content": "Paris", "id": "run-2", "response_metadata": {"tokens": 9}}}}}]}
+    assert answer_text(lc1) == answer_text(lc2) == "Paris"
+    li = {"kind": "chat", "message": {"role": "assistant", "blocks": [{"block_type": "text", "text": "Yes."}]}}
+    assert answer_text(li) == "Yes."
+    assert answer_text("plain") == "plain"
+    assert exact_answer_match("  Yes. ", "yes") and not exact_answer_match("yes", "no")
+
+
+# ----------------------------------------------------------------------------- policy
+def test_static_policy_thresholds_and_no_unmeasured_claim() -> None:
+    pol = VerificationPolicy(_logistic_verifier(), min_precision=0.8)
+    assert pol.decide("a", "b", 0.99).accept
+    d = pol.decide("a", "b", 0.85)
+    assert not d.accept and d.outcome == "refused" and d.threshold == pytest.approx(0.8)
+    st = pol.stats()
+    assert st["mode"] == "static" and st["accepted"] == 1 and st["refused"] == 1
+    assert st["false_hit_rate"] is None  # nothing measured online: no claim
+    assert pol.observe("r", "x") == []
+
+
+def test_error_bounded_explore_label_update_loop() -> None:
+    """Refused and explored candidates are labelled by the next update; labels move the
+    threshold; an entry whose reuse proved wrong is refused; estimates need labels."""
+    pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.05, explore_rate=1.0,
+                             prior_strength=5.0, seed=1)
+    assert pol.stats()["false_hit_rate"] is None
+    start = pol.threshold
+    assert start > 0.95  # weak prior: cautious at first
+    # A candidate below the threshold is refused, then labelled for free by the update.
+    d = pol.decide("q", "stored", 0.93, entry_id="e1", request_key="r1", stored_payload={"text": "42"})
+    assert d.outcome == "refused"
+    assert pol.observe("r1", {"text": "42"}) == [True]
+    assert pol.observe("r1", {"text": "42"}) == []  # consumed once
+    # Many right labels in a band lower the threshold (the hit rate grows).
+    for i in range(300):
+        d = pol.decide("q", "s", 0.93, entry_id=f"e{i}", request_key=f"k{i}", stored_payload="A")
+        if not d.accept:
+            pol.observe(f"k{i}", "A")
+    assert pol.threshold < start
+    st = pol.stats()
+    assert st["accepted"] > 0 and st["false_hit_rate"] is not None
+    assert st["false_hit_rate"]["labels"] > 0 and st["false_hit_rate"]["upper_bound"] <= 0.05
+    # Exploration: an accepted band not yet proven is sometimes answered "miss" on purpose.
+    assert st["explored"] > 0 and st["explored_labels"] == st["explored"]
+    # Per entry: wrong labels make that entry refused although its band is accepted.
+    p_ok = 0.93
+    d = pol.decide("q", "s", p_ok, entry_id="bad", request_key="x0", stored_payload="A")
+    for i in range(3):
+        pol.record_label("bad", pol._band_of(pol.verifier.probability("q", "s", p_ok)[0]), right=False)
+    d = pol.decide("q", "s", p_ok, entry_id="bad", request_key="x1", stored_payload="A")
+    assert not d.accept and pol.stats()["refused_by_entry"] >= 1
+
+
+def test_error_bounded_wrong_labels_raise_threshold() -> None:
+    pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.05, explore_rate=0.0,
+                             prior_strength=5.0, seed=0)
+    for i in range(300):
+        pol.decide("q", "s", 0.93, entry_id=f"e{i}", request_key=f"k{i}", stored_payload="A")
+        pol.observe(f"k{i}", "A")
+    low = pol.threshold
+    for i in range(300):
+        pol.record_label(f"w{i}", pol._band_of(pol.verifier.probability("q", "s", 0.93)[0]), right=False)
+    assert pol.threshold > low
+
+
+def test_make_policy_options() -> None:
+    assert make_policy(None) is None and make_policy("off") is None
+    with pytest.raises(ValueError):
+        make_policy("off", max_false_hit_rate=0.05)
+    with pytest.raises(ValueError):
+        make_policy(123)
+    pol = VerificationPolicy(_logistic_verifier())
+    assert make_policy(pol) is pol
+    other = make_policy(_logistic_verifier(), text_model="some/other-model")
+    assert other is not None and not other.cosine_matches_verifier
+    with pytest.raises(ValueError):
+        VerificationPolicy(_logistic_verifier(), max_false_hit_rate=1.5)
+
+
+# ----------------------------------------------------------------------------- engine hook
+def req(text: str) -> CacheRequest:
+    return CacheRequest(text=text, scope="m")
+
+
+def test_engine_refuses_negation_and_explains_hits(make_engine: Any) -> None:
+    eng = make_engine(enable_l2=False)
+    eng.update(req("what is the color of the shape?"), "red")
+    eng.update(req("Is there a cat in the picture?"), "yes")
+    assert eng.lookup(req("Is there no cat in the picture?")) is None
+    hit = eng.lookup(req("what color is the shape?"))
+    assert hit is not None and hit.payload == "red"
+    assert 0.0 <= hit.scores["verifier"] <= 1.0
+    assert hit.thresholds["verifier"] == pytest.approx(eng.verification.threshold)
+    assert "verifier=" in hit.explain()
+    st = eng.stats()
+    assert st["tiers"]["L1"]["refused"] == 1 and st["tiers"]["L1"]["hit"] == 1
+    assert st["verification"]["refused"] >= 1 and st["verification"]["accepted"] == 1
+
+
+def test_engine_verifier_off_is_raw_cosine(make_engine: Any) -> None:
+    eng = make_engine(enable_l2=False, verifier="off", l1_threshold=0.9)
+    eng.update(req("Is there a cat in the picture?"), "yes")
+    hit = eng.lookup(req("Is there no cat in the picture?"))  # cosine 0.94: the failure the verifier fixes
+    assert hit is not None and "verifier" not in hit.scores
+    assert eng.stats()["verification"] == {"mode": "off"}
+
+
+def test_engine_error_bounded_explores_and_learns_from_update(make_engine: Any) -> None:
+    pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.2, explore_rate=1.0,
+                             prior_strength=50.0, seed=0)
+    eng = make_engine(enable_l2=False, verifier=pol)
+    eng.update(req("what is the color of the shape?"), "red")
+    r = req("what color is the shape?")
+    assert eng.lookup(r) is None  # would-be hit explored: answered miss on purpose
+    st = eng.stats()
+    assert st["verification"]["explored"] == 1 and st["tiers"]["L1"]["refused"] == 1
+    eng.update(r, "red")  # the application stores the fresh answer: a label
+    st = eng.stats()["verification"]
+    assert st["labels"] == 1 and st["labels_wrong"] == 0 and st["explored_labels"] == 1
+
+
+def test_engine_without_stored_prompts_uses_cosine_model(make_engine: Any, caplog: Any) -> None:
+    eng = make_engine(enable_l2=False, store_prompts=False)
+    eng.update(req("what is the color of the shape?"), "red")
+    with caplog.at_level(logging.WARNING, logger="mlc_integrations.verify"):
+        hit = eng.lookup(req("what color is the shape?"))
+    d = next(iter(req_decisions(eng, "what color is the shape?").values()))
+    assert d.model == "cosine"
+    assert hit is None or hit.scores["verifier"] >= hit.thresholds["verifier"]
+    assert any("store_prompts=False" in r.message for r in caplog.records) or eng.verification._warned
+
+
+def req_decisions(eng: Any, text: str) -> dict[str, Any]:
+    r = req(text)
+    eng.lookup(r)
+    return r._keyed.features["verification"]
