@@ -141,8 +141,13 @@ def test_multiturn_different_picture_misses_and_nothing_is_wrong(multiturn) -> N
 # ---------------------------------------------------------------------------- 04: camera stream
 @pytest.fixture(scope="module")
 def camera(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    import torch
+
     plot = tmp_path_factory.mktemp("cookbook") / "camera.png"
-    return run_example("04_camera_stream", ["--frames-per-scene", "5", "--latency-ms", "30", "--plot", str(plot)])
+    threads = torch.get_num_threads()
+    summary = run_example("04_camera_stream", ["--frames-per-scene", "5", "--latency-ms", "30", "--plot", str(plot)])
+    assert torch.get_num_threads() == threads, "the example restores torch's thread count"
+    return summary
 
 
 def test_camera_scene_cuts_are_refused(camera) -> None:
