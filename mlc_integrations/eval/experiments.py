@@ -156,7 +156,7 @@ def bench(
     latency_ms: float = 500.0,
     seed: int = 0,
     real_llm: bool = True,
-    llm_items: int = 30,
+    llm_items: int = 20,
     progress: bool = True,
 ) -> Experiment:
     """Side by side on each workload: no cache, exact-only (InMemoryCache), real GPTCache
@@ -188,7 +188,7 @@ def _bench_real_llm(exp: Experiment, *, seed: int, items: int, progress: bool) -
 
     try:
         t = time.perf_counter()
-        llm = LocalGemmaChat().load()
+        llm = LocalGemmaChat(max_new_tokens=24).load()
         load_s = time.perf_counter() - t
     except Exception as exc:  # report why, never invent a number
         exp.notes.append(f"Real local LLM not run: {type(exc).__name__}: {exc}")
@@ -201,7 +201,8 @@ def _bench_real_llm(exp: Experiment, *, seed: int, items: int, progress: bool) -
     wl.name = "qqp-llm"
     wl.description += " (the real LLM answers every miss)"
     exp.workloads.append(wl)
-    configs = configurations()
+    # Each real-LLM call takes seconds here: one GPTCache setting (t=0.9, cosine 0.8) suffices.
+    configs = {k: v for k, v in configurations().items() if k != "GPTCache t=0.8"}
     bar = _bar(len(wl.items) * len(configs), "bench (real LLM)", progress)
     for name, (label, factory) in configs.items():
         exp.results.append(run_workload(wl, factory(), llm, config=name, label=label, progress=bar))

@@ -121,7 +121,7 @@ def plot_speedups(exp: Experiment, out: Path, name: str) -> Optional[Path]:
     ax.set_xticklabels([f"{w}\n({b})" for w, b in groups], fontsize=8)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_ylabel("speedup vs no cache (measured wall time)")
-    ax.set_title("End-to-end speedup per configuration (oracle = sleeping stand-in, not a model)")
+    ax.set_title("Measured speedup vs no cache\n(oracle = sleeping stand-in, not a model)", fontsize=10)
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
