@@ -769,9 +769,13 @@ class VerificationPolicy:
     <= δ. Labels come for free from refused candidates (the application calls the
     model and stores the fresh answer, which is compared with the candidate's),
     and from exploration: a fraction ``explore_rate`` of would-be hits whose band
-    is not yet individually proven <= δ is answered as a miss on purpose. Per
-    entry, labels shrink toward the band: an entry whose neighbours were often
-    wrongly served by it is refused even when its band is accepted.
+    is not yet individually proven <= δ is answered as a miss on purpose.
+
+    Per neighbourhood (a cached entry, within one band), labels shrink toward the
+    band's estimate: an entry whose neighbours were often served wrongly is refused
+    even when its band is accepted, and an entry whose own labels prove its
+    neighbourhood <= δ (upper bound) is accepted even when its band is not: popular
+    entries earn hits where the global threshold alone would refuse them.
     """
 
     def __init__(
@@ -817,13 +821,13 @@ class VerificationPolicy:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {k: 0 for k in ("candidates", "accepted", "refused", "explored", "unverified",
-                                                     "refused_by_entry", "labels", "labels_wrong",
+                                                     "refused_by_entry", "accepted_by_entry", "labels", "labels_wrong",
                                                      "explored_labels", "explored_wrong", "pending_expired")}
         self._latency: list[float] = []
         self._warned: set[str] = set()
         self._bands = [_Band(lo, hi, max(1e-4, 1.0 - (lo + min(hi, 1.0)) / 2.0))
                        for lo, hi in zip(BAND_EDGES[:-1], BAND_EDGES[1:])]
-        self._entries: OrderedDict[str, _EntryRecord] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, int], _EntryRecord] = OrderedDict()  # (entry, band)
         self._pending: OrderedDict[str, dict[str, _PendingLabel]] = OrderedDict()
         self._accept_from = len(self._bands)  # index of the lowest accepted band
         if self.error_bounded:
@@ -886,6 +890,8 @@ class VerificationPolicy:
         assert self.max_false_hit_rate is not None
         k = len(self._bands)
         for start in range(len(self._bands) - 1, -1, -1):
+            if not self._bands[start].traffic:
+                continue  # a band is opened only once it is seen (its first candidate recomputes)
             if self._aggregate(start)[1] <= self.max_false_hit_rate:
                 k = start  # the lowest band whose accepted set keeps the bound
         self._accept_from = k
@@ -931,25 +937,43 @@ class VerificationPolicy:
             self._latency.append((time.perf_counter() - t0) * 1000.0)
         return d
 
+    def _entry_view(self, entry_id: str, bi: int) -> Optional[tuple[float, float]]:
+        """(error estimate, upper bound) of one entry's neighbourhood in one band, its
+        labels shrunk toward the band's estimate; None without labels."""
+        rec = self._entries.get((entry_id, bi))
+        if rec is None or not rec.labels:
+            return None
+        e_band = self._band_error(self._bands[bi])
+        m = self.entry_prior_strength
+        est = (rec.wrong + m * e_band) / (rec.labels + m)
+        n = rec.labels + m + self.z ** 2
+        e = (rec.wrong + m * e_band + self.z ** 2 / 2) / n
+        return est, est + self.z * math.sqrt(e * (1 - e) / n)
+
     def _decide_bounded(self, p: float, model: str, entry_id: str, request_key: str, stored_payload: Any) -> Decision:
         assert self.max_false_hit_rate is not None
+        delta = self.max_false_hit_rate
         bi = self._band_of(p)
         band = self._bands[bi]
         band.traffic += 1
+        if band.traffic & (band.traffic - 1) == 0:
+            self._recompute()  # traffic shares moved (1st, 2nd, 4th, ... candidate of a band)
         thr = self._band_threshold()
+        entry = self._entry_view(entry_id, bi) if entry_id else None
+        proven = self._band_proven(band)
         if bi < self._accept_from:
-            self._add_pending(request_key, entry_id, bi, stored_payload, explored=False)
-            return Decision(False, p, thr, "refused", model, bi)
-        rec = self._entries.get(entry_id)
-        if rec is not None and rec.labels:
-            e_band = self._band_error(band)
-            m = self.entry_prior_strength
-            e_entry = (rec.wrong + m * e_band) / (rec.labels + m)
-            if e_entry > max(self.max_false_hit_rate, e_band):
-                self._counts["refused_by_entry"] += 1
+            # The band is not accepted; a neighbourhood whose own labels prove it <= δ is.
+            if entry is None or entry[1] > delta:
                 self._add_pending(request_key, entry_id, bi, stored_payload, explored=False)
                 return Decision(False, p, thr, "refused", model, bi)
-        if not self._band_proven(band) and self._rng.random() < self.explore_rate:
+            self._counts["accepted_by_entry"] += 1
+            proven = False  # keep checking it
+        elif entry is not None and entry[0] > max(delta, self._band_error(band)):
+            # The band is accepted, but this entry's neighbours were often served wrongly.
+            self._counts["refused_by_entry"] += 1
+            self._add_pending(request_key, entry_id, bi, stored_payload, explored=False)
+            return Decision(False, p, thr, "refused", model, bi)
+        if not proven and self._rng.random() < self.explore_rate:
             band.explored += 1
             self._add_pending(request_key, entry_id, bi, stored_payload, explored=True)
             return Decision(False, p, thr, "explored", model, bi)
@@ -1014,13 +1038,14 @@ class VerificationPolicy:
                 self._counts["explored_labels"] += 1
                 self._counts["explored_wrong"] += 0 if right else 1
             if entry_id:
-                rec = self._entries.get(entry_id)
+                key = (entry_id, band)
+                rec = self._entries.get(key)
                 if rec is None:
-                    rec = self._entries[entry_id] = _EntryRecord()
+                    rec = self._entries[key] = _EntryRecord()
                     while len(self._entries) > self.max_entries_tracked:
                         self._entries.popitem(last=False)
                 else:
-                    self._entries.move_to_end(entry_id)
+                    self._entries.move_to_end(key)
                 rec.labels += 1
                 rec.wrong += 0 if right else 1
             if self.error_bounded:
@@ -1028,7 +1053,8 @@ class VerificationPolicy:
 
     def forget_entry(self, entry_id: str) -> None:
         with self._lock:
-            self._entries.pop(entry_id, None)
+            for key in [k for k in self._entries if k[0] == entry_id]:
+                del self._entries[key]
 
     # ------------------------------------------------------------- reporting
     def _warn_once(self, key: str, msg: str) -> None:
