@@ -65,11 +65,13 @@ def plot_sweep(exp: Experiment, out: Path) -> list[Path]:
     paths = []
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     series = sorted({r.config for r in exp.results if r.params.get("tau") is not None and r.config.startswith(("L1", "L2", "MLC all"))})
-    for s in series:
+    styles = [("o", "-"), ("s", "--"), ("^", ":"), ("D", "-."), ("v", "-")]
+    for k, s in enumerate(series):
         rs = sorted((r for r in exp.results if r.config == s), key=lambda r: r.params["tau"])
         taus = [r.params["tau"] for r in rs]
-        axes[0].plot(taus, [r.hit_rate for r in rs], marker="o", label=s)
-        axes[1].plot(taus, [r.accuracy for r in rs], marker="o", label=s)
+        m, ls = styles[k % len(styles)]
+        axes[0].plot(taus, [r.hit_rate for r in rs], marker=m, ls=ls, label=s, alpha=0.85)
+        axes[1].plot(taus, [r.accuracy for r in rs], marker=m, ls=ls, label=s, alpha=0.85)
     for r in exp.results:
         if r.config in ("L0.5 only", "exact-only"):
             axes[0].axhline(r.hit_rate, ls="--", lw=1, color="gray" if r.config == "exact-only" else "black")
