@@ -80,6 +80,7 @@ def train(
     lr: float = 2e-3,
     threads: int = 1,
     progress: bool = True,
+    evaluate_after: bool = True,
 ) -> dict[str, Any]:
     """Train and save the model; returns the training report (also written as JSON)."""
     import torch
@@ -173,7 +174,8 @@ def train(
         "parameters": int(sum(p.numel() for p in model.parameters())),
         "model_cfg": MODEL_CFG,
     }
-    report["test_split"] = evaluate(out_dir, seed=seed)
+    if evaluate_after:
+        report["test_split"] = evaluate(out_dir, seed=seed)
     (out_dir / "training_report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
 
