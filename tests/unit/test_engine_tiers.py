@@ -78,7 +78,7 @@ def test_l2_requires_both_image_and_prompt(make_engine) -> None:
     eng.update(req("What color is the shape?", [img]), "red")
     hit = eng.lookup(req("What is the color of the shape?", [img]))
     assert hit is not None and hit.tier == "L2"
-    assert set(hit.scores) == {"image", "prompt"} and hit.scores["image"] >= 0.999
+    assert {"image", "prompt"} <= set(hit.scores) and hit.scores["image"] >= 0.999
     # same wording, different picture: image side fails on its own
     assert eng.lookup(req("What color is the shape?", [pattern(6)])) is None
     # same picture, unrelated wording: prompt side fails on its own
