@@ -109,14 +109,19 @@ def plot_speedups(exp: Experiment, out: Path, name: str) -> Optional[Path]:
         best = max(extra, key=lambda r: r.speedup or 0, default=None)
     else:
         best = None
-    fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups) * max(1, len(configs)) / 2), 4.2))
+    fig, ax = plt.subplots(figsize=(min(16, max(6, 0.8 * len(groups) * max(1, len(configs)))), 4.6))
     width = 0.8 / max(1, len(configs) + (1 if best else 0))
     for j, c in enumerate(configs):
-        vals = []
+        vals, accs = [], []
         for g in groups:
             r = next((r for r in rs if (r.workload, _backend_key(r, exp)) == g and r.config == c), None)
-            vals.append(r.speedup if r else 0.0)
-        ax.bar([i + j * width for i in range(len(groups))], vals, width, label=c)
+            vals.append((r.speedup or 0.0) if r else 0.0)
+            accs.append(r.accuracy if r else None)
+        xs = [i + j * width for i in range(len(groups))]
+        ax.bar(xs, vals, width, label=c)
+        for x, v, a in zip(xs, vals, accs):  # a speedup means little without its accuracy
+            if a is not None:
+                ax.text(x, v, f"acc\n{a:.2f}", ha="center", va="bottom", fontsize=6)
     if best is not None:
         ax.bar([len(configs) * width], [best.speedup], width, label=f"{best.label}")
     ax.set_xticks([i + width * (len(configs) - 1) / 2 for i in range(len(groups))])
