@@ -104,7 +104,9 @@ def test_sigkill_writer_20_times_reopens_and_answers_correctly(tmp_path: Path) -
 @pytest.mark.slow
 def test_sigkill_writer_soak(tmp_path: Path) -> None:
     totals = run_kill_cycles(tmp_path, SOAK_KILLS, seed=88)
+    print(f"crash soak: {totals}")
     assert totals["kills"] == SOAK_KILLS
+    assert totals["exact_hits"] > 0 and totals["l1_hits"] > 0
 
 
 # ---------------------------------------------------------------------- deterministic crash points
