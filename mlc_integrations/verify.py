@@ -1089,6 +1089,12 @@ class VerificationPolicy:
             else:
                 out["false_hit_rate"] = None
                 out["false_hit_rate_note"] = "no labels yet in the accepted bands: no measured estimate"
+            # Hits through neighbourhood evidence: each was accepted only while its own
+            # upper bound was <= δ (counted in "accepted_by_entry").
+            out["neighbourhoods_accepted"] = sum(
+                1 for (eid, bi), rec in self._entries.items()
+                if bi < self._accept_from and rec.labels
+                and (v := self._entry_view(eid, bi)) is not None and v[1] <= self.max_false_hit_rate)
             out["explored_measured_false_hit_rate"] = (
                 self._counts["explored_wrong"] / self._counts["explored_labels"]
                 if self._counts["explored_labels"] else None)
