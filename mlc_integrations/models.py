@@ -169,7 +169,6 @@ class ClipSpec:
 
 def _load_open_clip(spec: ClipSpec) -> tuple[Any, Any, Any]:
     import open_clip
-    import torch
 
     path = Path(spec.model)
     if path.is_dir():
@@ -195,7 +194,6 @@ def _load_open_clip(spec: ClipSpec) -> tuple[Any, Any, Any]:
         model, _, preprocess = open_clip.create_model_and_transforms(spec.model, pretrained=spec.pretrained)
     tokenizer = open_clip.get_tokenizer(arch)
     model.eval()
-    torch.set_grad_enabled(False)
     return model, preprocess, tokenizer
 
 
