@@ -42,7 +42,7 @@ from .request import (
     sha256_hex,
 )
 from .stats import EngineStats
-from .storage import ChromaStore
+from .storage import DEFAULT_SEARCH_EF, ChromaStore
 from .verify import DEFAULT_EXPLORE_RATE, DEFAULT_MIN_PRECISION, Decision, VerificationPolicy, make_policy
 
 log = logging.getLogger(__name__)
@@ -90,6 +90,8 @@ class MLCEngine:
     Storage is Chroma: in memory by default, ``persist_directory`` for an embedded
     persistent cache, ``chroma_host``/``chroma_port`` for a shared server (each request
     bounded by ``chroma_timeout`` seconds; an unreachable server makes lookups fast misses).
+    ``hnsw_search_ef`` is the HNSW beam width of vector queries (recall vs speed; set
+    when a collection is created).
 
     Default fail-open: a lookup error is a counted miss, an update error a logged,
     counted no-op. ``strict=True`` raises :class:`~mlc_integrations.errors.MLCError`
@@ -103,6 +105,7 @@ class MLCEngine:
         chroma_host: Optional[str] = None,
         chroma_port: int = 8000,
         chroma_timeout: Optional[float] = 5.0,
+        hnsw_search_ef: int = DEFAULT_SEARCH_EF,
         chroma_client: Any = None,
         collection_prefix: str = "mlc",
         text_model: Optional[str] = None,
@@ -151,6 +154,7 @@ class MLCEngine:
             collection_prefix=collection_prefix,
             client=chroma_client,
             timeout=chroma_timeout,
+            hnsw_search_ef=hnsw_search_ef,
         )
         self.text_model_name = text_model
         self.enable_exact = enable_exact
@@ -389,27 +393,37 @@ class MLCEngine:
 
     def _fetch_entry(self, entry_id: str, now: float) -> "tuple[Any, dict[str, Any]] | str":
         """The stored (response, metadata) of an entry, or why not: "absent", "expired", "corrupt"."""
+        return self._fetch_entries([entry_id], now)[entry_id]
+
+    def _fetch_entries(self, entry_ids: Sequence[str], now: float) -> "dict[str, tuple[Any, dict[str, Any]] | str]":
+        """:meth:`_fetch_entry` for several entries in one storage call."""
+        ids = list(dict.fromkeys(entry_ids))
         res = self.store.call(
-            "get", lambda: self.store.collection("exact").get(ids=[entry_id], include=["documents", "metadatas"])
+            "get", lambda: self.store.collection("exact").get(ids=ids, include=["documents", "metadatas"])
         )
-        if not res["ids"]:
-            return "absent"
-        meta = res["metadatas"][0] or {}
-        if float(meta.get("expires_at", _NO_EXPIRY)) <= now:
-            self._stats.incr("expired")
-            self._delete_ids([entry_id])
-            return "expired"
-        doc = res["documents"][0]
-        try:
-            payload = json.loads(doc)
-        except (TypeError, ValueError):
-            log.warning("entry %s has an unreadable response; removing it", entry_id[:12])
-            self._stats.error("corrupt_entry")
-            self._delete_ids([entry_id])
-            return "corrupt"
+        out: dict[str, Any] = {eid: "absent" for eid in ids}
+        gone: list[str] = []
+        for eid, doc, meta in zip(res["ids"], res["documents"], res["metadatas"]):
+            meta = meta or {}
+            if float(meta.get("expires_at", _NO_EXPIRY)) <= now:
+                self._stats.incr("expired")
+                gone.append(eid)
+                out[eid] = "expired"
+                continue
+            try:
+                out[eid] = (json.loads(doc), meta)
+            except (TypeError, ValueError):
+                log.warning("entry %s has an unreadable response; removing it", eid[:12])
+                self._stats.error("corrupt_entry")
+                gone.append(eid)
+                out[eid] = "corrupt"
+        if gone:
+            self._delete_ids(gone)
         with self._access_lock:
-            self._access[entry_id] = now
-        return payload, meta
+            for eid, v in out.items():
+                if isinstance(v, tuple):
+                    self._access[eid] = now
+        return out
 
     def _lookup_exact(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
         found = self._fetch_entry(kr.entry_id, now)
@@ -454,8 +468,22 @@ class MLCEngine:
             self._stats.incr(f"search_widened_{tier}")
         return mine, False
 
-    def _accept(self, hit_candidate: _Candidate, kr: KeyedRequest, tier: str, now: float) -> Optional[Hit]:
-        found = self._fetch_entry(hit_candidate.entry_id, now)
+    def _accept_best(self, cands: Sequence[_Candidate], kr: KeyedRequest, tier: str, now: float) -> Optional[Hit]:
+        """The first candidate (best first) whose entry is live and passes verification.
+        The best one is fetched alone (usually the hit), the rest 16 per storage call."""
+        start, size = 0, 1
+        while start < len(cands):
+            chunk = cands[start:start + size]
+            fetched = self._fetch_entries([c.entry_id for c in chunk], now)
+            for cand in chunk:
+                hit = self._accept(cand, kr, tier, fetched[cand.entry_id])
+                if hit is not None:
+                    return hit
+            start, size = start + size, 16
+        return None
+
+    def _accept(self, hit_candidate: _Candidate, kr: KeyedRequest, tier: str,
+                found: "tuple[Any, dict[str, Any]] | str") -> Optional[Hit]:
         if found == "absent":
             # Vector without its response (a crash between writes): drop it.
             self._stats.incr("orphans_removed")
@@ -498,12 +526,8 @@ class MLCEngine:
     def _lookup_l1(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
         vec = self._text_vec(kr)
         found, _complete = self._neighbours("l1", vec, self._parts(kr)["l1"], self.l1_threshold, self.text_embedder.name)
-        for eid, sim, _meta in found:
-            cand = _Candidate(eid, {"text": sim}, {"text": self.l1_threshold})
-            hit = self._accept(cand, kr, "L1", now)
-            if hit is not None:
-                return hit
-        return None
+        cands = [_Candidate(eid, {"text": sim}, {"text": self.l1_threshold}) for eid, sim, _meta in found]
+        return self._accept_best(cands, kr, "L1", now)
 
     def _lookup_l2(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
         clip = self.clip_embedder
@@ -541,11 +565,7 @@ class MLCEngine:
                     {"image": min(1.0, img_sim), "prompt": min(1.0, p_sim)},
                     {"image": self.l2_image_threshold, "prompt": self.l2_prompt_threshold},
                 ))
-        for cand in sorted(cands, key=lambda c: -c.margin):
-            hit = self._accept(cand, kr, "L2", now)
-            if hit is not None:
-                return hit
-        return None
+        return self._accept_best(sorted(cands, key=lambda c: -c.margin), kr, "L2", now)
 
     def _get_vectors(self, tier: str, ids: list[str]) -> dict[str, np.ndarray]:
         res = self.store.call(f"get {tier}", lambda: self.store.collection(tier).get(ids=ids, include=["embeddings"]))

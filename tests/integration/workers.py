@@ -176,6 +176,24 @@ def expected_states(journal: str) -> dict[int, set[Optional[str]]]:
     return state
 
 
+def _why_missed(eng: MLCEngine, k: int) -> str:
+    """Diagnosis of a miss for an entry that should be there: is the vector stored, and
+    does Chroma's index return it at all?"""
+    eid = eng.key(question(k)).entry_id
+    l1 = eng.store.collection("l1")
+    stored = bool(l1.get(ids=[eid], include=[])["ids"])
+    n = l1.count()
+    seen = []
+    for delay in (0.0, 0.5, 2.0):  # is the vector missing from the index, or only for a moment?
+        time.sleep(delay)
+        top = l1.query(query_embeddings=[vec(k)], n_results=max(1, n), include=[])["ids"][0]
+        seen.append(f"{top.index(eid) if eid in top else 'absent'} of {len(top)}")
+    exact = bool(eng.store.collection("exact").get(ids=[eid], include=[])["ids"])
+    later = eng.lookup(question(k, paraphrase=6))
+    return (f" [response stored: {exact}; L1 vector stored: {stored}; count {n}; rank in exhaustive queries "
+            f"now, +0.5 s, +2.5 s: {seen}; a reworded lookup afterwards: {later.tier if later else 'miss'}]")
+
+
 def crash_verify(path: str, journal: str, out_path: str) -> None:
     """Reopen the cache after a kill and check every key the journal mentions.
 
@@ -216,7 +234,8 @@ def crash_verify(path: str, journal: str, out_path: str) -> None:
                     continue
                 v = None if got is None else got.get("v")
                 if v not in allowed:
-                    problems.append(f"key {k} (paraphrase={para}): got version {v}, allowed {sorted(map(str, allowed))}")
+                    problems.append(f"key {k} (paraphrase={para}): got version {v}, allowed {sorted(map(str, allowed))}"
+                                    + (_why_missed(eng, k) if got is None else ""))
                 if hit is not None:
                     checked["exact_hits" if hit.tier == "L0.5" else "l1_hits"] += 1
                     if para and hit.tier != "L1":

@@ -246,3 +246,16 @@ def test_nan_in_supplied_embedding_is_typed_error(make_engine, bad) -> None:
     assert lax.lookup(CacheRequest(text="hello", text_embedding=vec)) is None
     assert lax.update(CacheRequest(text="hello", text_embedding=vec), "x") is None
     assert lax.count() == 0
+
+
+def test_hnsw_search_ef_is_set_on_vector_collections(make_engine) -> None:
+    """Chroma's default beam (10) misses true neighbours at scale (benchmarks/latency.py
+    reports the recall); the engine sets its own, configurable, on every vector tier."""
+    eng = make_engine(hnsw_search_ef=77)
+    eng.update(req("What color is the shape?", [pattern(1)]), "red")
+    for tier in ("l1", "l2_image", "l2_prompt"):
+        assert eng.store.collection(tier).metadata["hnsw:search_ef"] == 77
+    assert "hnsw:search_ef" not in (eng.store.collection("exact").metadata or {})
+    assert make_engine().store.hnsw_search_ef == 100
+    with pytest.raises(ValueError):
+        make_engine(hnsw_search_ef=0)
