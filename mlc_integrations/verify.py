@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_VERIFIER_PATH = Path(__file__).parent / "assets" / "verifier.json"
 VERIFIER_FORMAT = "mlc-verifier"
-VERIFIER_FORMAT_VERSION = 1
+VERIFIER_FORMAT_VERSION = 2  # 2: optional "vectors" model with an embedding head
 
 # ---------------------------------------------------------------------------- lexicons
 # Small closed word lists. Negation, numbers, units and dates change an answer by
@@ -383,6 +383,12 @@ def signals_from_profiles(a: TextProfile, b: TextProfile, cosine: float,
     )
 
 
+# Inputs computed from the two texts' embeddings rather than their words: the score of
+# the embedding head (:class:`_EmbeddingHead`), used by the "vectors" model.
+VECTOR_SIGNAL_NAMES: tuple[str, ...] = ("embedding_head",)
+FEATURE_NAMES: tuple[str, ...] = SIGNAL_NAMES + VECTOR_SIGNAL_NAMES
+
+
 def extract_signals(new_text: str, stored_text: str, cosine: float,
                     weights: Optional[WordWeights] = None) -> dict[str, float]:
     """Named signals for one pair (explanations and tests)."""
@@ -480,6 +486,41 @@ class _Logistic:
         return ((x - self.mean) / self.scale) @ self.coef + self.intercept
 
 
+def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """[|u - v|, u * v] of rows of normalized embeddings (symmetric in u and v; the
+    second half sums to the cosine)."""
+    u, v = np.atleast_2d(np.asarray(u, dtype=np.float64)), np.atleast_2d(np.asarray(v, dtype=np.float64))
+    return np.hstack([np.abs(u - v), u * v])
+
+
+@dataclass
+class _EmbeddingHead:
+    """Logistic regression on :func:`pair_features` of the two texts' embeddings: the
+    classic sentence-pair classification head, a learned per-dimension weighted cosine.
+    Its log-odds is the ``embedding_head`` input of the "vectors" model."""
+
+    dim: int
+    coef: np.ndarray  # (2 * dim,)
+    intercept: float
+    mean: np.ndarray
+    scale: np.ndarray
+
+    @classmethod
+    def from_json(cls, d: Mapping[str, Any]) -> "_EmbeddingHead":
+        if d.get("kind") != "logistic" or d.get("input") != "absdiff_product":
+            raise VerifierFormatError(f"unknown embedding head {d.get('kind')!r}/{d.get('input')!r}")
+        dim = int(d["dim"])
+        coef = np.asarray(d["coef"], dtype=np.float64)
+        mean = np.asarray(d["mean"], dtype=np.float64)
+        scale = np.asarray(d["scale"], dtype=np.float64)
+        if not (coef.shape == mean.shape == scale.shape == (2 * dim,)) or not (scale > 0).all():
+            raise VerifierFormatError("embedding head arrays do not match its dimension")
+        return cls(dim, coef, float(d["intercept"]), mean, scale)
+
+    def raw(self, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+        return ((pair_features(u, v) - self.mean) / self.scale) @ self.coef + self.intercept
+
+
 @dataclass
 class VerifierModel:
     """One calibrated model: raw score -> isotonic calibration -> probability."""
@@ -489,7 +530,12 @@ class VerifierModel:
     cal_x: np.ndarray
     cal_y: np.ndarray
     operating_points: list[dict[str, float]]
-    columns: np.ndarray  # indices into SIGNAL_NAMES
+    columns: np.ndarray  # indices into FEATURE_NAMES
+    head: Optional[_EmbeddingHead] = None
+
+    @property
+    def needs_vectors(self) -> bool:
+        return self.head is not None
 
     @classmethod
     def from_json(cls, name: str, d: Mapping[str, Any]) -> "VerifierModel":
@@ -500,20 +546,30 @@ class VerifierModel:
             scorer = _Logistic.from_json(d)
         else:
             raise VerifierFormatError(f"model {name!r}: unknown kind {kind!r}")
-        unknown = [f for f in scorer.features if f not in SIGNAL_NAMES]
+        unknown = [f for f in scorer.features if f not in FEATURE_NAMES]
         if unknown:
             raise VerifierFormatError(f"model {name!r} uses signals this version does not compute: {unknown}")
+        head = _EmbeddingHead.from_json(d["embedding_head"]) if d.get("embedding_head") else None
+        if (head is None) != ("embedding_head" not in scorer.features):
+            raise VerifierFormatError(f"model {name!r}: the embedding_head input and its head come together")
         cal = d.get("calibration") or {}
         cx = np.asarray(cal.get("x", []), dtype=np.float64)
         cy = np.asarray(cal.get("y", []), dtype=np.float64)
         if cx.shape != cy.shape or cx.ndim != 1 or (cx.size and (np.diff(cx) < 0).any()):
             raise VerifierFormatError(f"model {name!r}: calibration must be increasing x with matching y")
         ops = sorted((dict(op) for op in d.get("operating_points", [])), key=lambda o: o["precision"])
-        return cls(name, scorer, cx, cy, ops, np.asarray([SIGNAL_NAMES.index(f) for f in scorer.features]))
+        return cls(name, scorer, cx, cy, ops, np.asarray([FEATURE_NAMES.index(f) for f in scorer.features]), head)
 
-    def probability(self, signals: np.ndarray) -> np.ndarray:
-        """Calibrated P(reuse is correct) for rows of the full signal matrix."""
-        raw = self.scorer.raw(np.atleast_2d(signals)[:, self.columns])
+    def probability(self, signals: np.ndarray, u: Optional[np.ndarray] = None,
+                    v: Optional[np.ndarray] = None) -> np.ndarray:
+        """Calibrated P(reuse is correct) for rows of the full signal matrix (and, for a
+        model with an embedding head, the rows' two embeddings ``u``, ``v``)."""
+        x = np.atleast_2d(signals)
+        if self.head is not None:
+            if u is None or v is None:
+                raise ValueError(f"model {self.name!r} needs the two texts' embeddings")
+            x = np.c_[x[:, :len(SIGNAL_NAMES)], self.head.raw(u, v)]
+        raw = self.scorer.raw(x[:, self.columns])
         if self.cal_x.size:
             return np.interp(raw, self.cal_x, self.cal_y)
         return 1.0 / (1.0 + np.exp(-raw))
@@ -532,8 +588,9 @@ class VerifierModel:
 class Verifier:
     """The calibrated verifier read from JSON (``assets/verifier.json`` by default).
 
-    It holds up to three models, used according to what is known about a pair:
-    ``full`` (texts and the cosine of the text model it was trained with),
+    It holds up to four models, used according to what is known about a pair:
+    ``vectors`` (texts and both embeddings of the text model it was trained with:
+    the cosine and the embedding head), ``full`` (texts and that model's cosine),
     ``lexical`` (texts only: another embedding model, or CLIP's text tower) and
     ``cosine`` (no stored text: ``store_prompts=False``).
     """
@@ -582,8 +639,10 @@ class Verifier:
     def save(self, path: Union[str, Path]) -> None:
         Path(path).write_text(json.dumps(self._data, indent=None, separators=(",", ":")), encoding="utf-8")
 
-    def model_for(self, have_text: bool, have_cosine: bool) -> Optional[VerifierModel]:
+    def model_for(self, have_text: bool, have_cosine: bool, have_vectors: bool = False) -> Optional[VerifierModel]:
         if have_text and have_cosine:
+            if have_vectors and "vectors" in self.models:
+                return self.models["vectors"]
             return self.models["full"]
         if have_text:
             return self.models.get("lexical")
@@ -591,12 +650,33 @@ class Verifier:
             return self.models.get("cosine")
         return None
 
-    def probability(self, new_text: Optional[str], stored_text: Optional[str], cosine: Optional[float]) -> tuple[float, str]:
-        """(P(reuse correct), model name) for one pair; (nan, '') if nothing applies."""
+    def head_dim(self) -> Optional[int]:
+        """Embedding dimension the "vectors" model expects (None: no such model)."""
+        m = self.models.get("vectors")
+        return m.head.dim if m is not None and m.head is not None else None
+
+    def _usable(self, vectors: Optional[tuple[Any, Any]]) -> bool:
+        if vectors is None or vectors[0] is None or vectors[1] is None:
+            return False
+        dim = self.head_dim()
+        return dim is not None and np.shape(vectors[0])[-1] == dim == np.shape(vectors[1])[-1]
+
+    def probability(self, new_text: Optional[str], stored_text: Optional[str], cosine: Optional[float],
+                    vectors: Optional[tuple[Any, Any]] = None) -> tuple[float, str]:
+        """(P(reuse correct), model name) for one pair; (nan, '') if nothing applies.
+
+        ``vectors``: the two texts' normalized embeddings (new, stored) from the text
+        model the verifier was trained with; they select the "vectors" model.
+        """
         have_text = new_text is not None and stored_text is not None
-        model = self.model_for(have_text, cosine is not None)
+        have_vectors = cosine is not None and self._usable(vectors)
+        model = self.model_for(have_text, cosine is not None, have_vectors)
         if model is None:
             return float("nan"), ""
+        if model.needs_vectors:
+            sig = signals_from_profiles(_profile_cached(new_text), _profile_cached(stored_text),  # type: ignore[arg-type]
+                                        float(cosine), self.weights)  # type: ignore[arg-type]
+            return float(model.probability(sig, vectors[0], vectors[1])[0]), model.name  # type: ignore[index]
         if have_text:
             sig = signals_from_profiles(_profile_cached(new_text), _profile_cached(stored_text),  # type: ignore[arg-type]
                                         float(cosine) if cosine is not None else 0.0, self.weights)
@@ -605,11 +685,14 @@ class Verifier:
             sig[0] = float(cosine)  # type: ignore[arg-type]
         return float(model.probability(sig)[0]), model.name
 
-    def probabilities(self, pairs: Sequence[tuple[str, str]], cosines: Sequence[float], model: str = "full") -> np.ndarray:
-        """Batch probabilities (evaluation and tests)."""
+    def probabilities(self, pairs: Sequence[tuple[str, str]], cosines: Sequence[float], model: str = "full",
+                      vectors: Optional[tuple[np.ndarray, np.ndarray]] = None) -> np.ndarray:
+        """Batch probabilities (evaluation and tests); ``vectors`` = (new rows, stored
+        rows) of embeddings for the "vectors" model."""
         x = np.stack([signals_from_profiles(profile(a), profile(b), float(c), self.weights)
                       for (a, b), c in zip(pairs, cosines)])
-        return self.models[model].probability(x)
+        u, v = vectors if vectors is not None else (None, None)
+        return self.models[model].probability(x, u, v)
 
 
 class _ProfileCache:
@@ -839,6 +922,12 @@ class VerificationPolicy:
         return self.max_false_hit_rate is not None
 
     @property
+    def wants_vectors(self) -> bool:
+        """True when the verifier has a model that uses the two texts' embeddings and
+        the engine's cosine comes from its text model (worth fetching a stored vector)."""
+        return self.cosine_matches_verifier and self.verifier.head_dim() is not None
+
+    @property
     def mode(self) -> str:
         return "error_bounded" if self.error_bounded else "static"
 
@@ -907,14 +996,16 @@ class VerificationPolicy:
         entry_id: str = "",
         request_key: str = "",
         stored_payload: Any = None,
+        vectors: Optional[tuple[Any, Any]] = None,
     ) -> Decision:
-        """Verdict on one candidate (``cosine`` None when it is not the verifier's text model's)."""
+        """Verdict on one candidate (``cosine`` None when it is not the verifier's text
+        model's; ``vectors`` the (new, stored) embeddings behind that cosine, if known)."""
         t0 = time.perf_counter()
         if isinstance(new_text, (bytes, bytearray)):
             new_text = bytes(new_text).decode("utf-8", "replace")
         if cosine is not None and not self.cosine_matches_verifier:
             cosine = None
-        p, model = self.verifier.probability(new_text, stored_text, cosine)
+        p, model = self.verifier.probability(new_text, stored_text, cosine, vectors if cosine is not None else None)
         if not model:
             self._warn_once("unverified", "verifier has no model for candidates without stored text and without "
                             "the cosine of its text model; accepting on the raw thresholds")

@@ -55,7 +55,7 @@ SEED = 7
 # a higher cosine only raise it. Other signals are left free (constraining them cost
 # 0.05 average precision on qqp_val: their effect depends on the others).
 MONOTONE = {
-    "cosine": 1, "negation_mismatch": -1, "number_mismatch": -1, "number_diff": -1,
+    "cosine": 1, "embedding_head": 1, "negation_mismatch": -1, "number_mismatch": -1, "number_diff": -1,
     "unit_mismatch": -1, "date_mismatch": -1, "attribute_mismatch": -1,
 }
 GBDT_PARAMS = dict(max_iter=120, learning_rate=0.1, max_depth=4, min_samples_leaf=40, l2_regularization=1.0)
@@ -167,6 +167,13 @@ class EmbeddingCache:
         vb = np.stack([self.vecs[t] for t in b])
         return np.clip((va * vb).sum(axis=1), -1.0, 1.0)
 
+    def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """Normalized embeddings of ``texts`` (embedding the ones not cached yet)."""
+        todo = [t for t in texts if t not in self.vecs]
+        if todo:
+            self.cosines(todo, todo)
+        return np.stack([self.vecs[t] for t in texts]).astype(np.float64)
+
 
 def signal_matrix(pairs: PairSet, cosines: np.ndarray, weights: Optional[WordWeights] = None) -> np.ndarray:
     profiles: dict[str, Any] = {}
@@ -253,6 +260,14 @@ def export_gbdt(model: Any, features: Sequence[str]) -> dict[str, Any]:
         })
     baseline = float(np.ravel(model._baseline_prediction)[0])
     return {"kind": "gbdt", "features": list(features), "baseline": baseline, "trees": trees}
+
+
+def export_head(model: Any, dim: int) -> dict[str, Any]:
+    """The embedding head (scaler + logistic regression on [|u-v|, u*v]) as plain arrays."""
+    scaler, lr = model.steps[0][1], model.steps[-1][1]
+    return {"kind": "logistic", "input": "absdiff_product", "dim": int(dim),
+            "coef": [float(c) for c in lr.coef_[0]], "intercept": float(lr.intercept_[0]),
+            "mean": [float(m) for m in scaler.mean_], "scale": [float(s) for s in scaler.scale_]}
 
 
 def export_logistic(model: Any, features: Sequence[str]) -> dict[str, Any]:
@@ -357,6 +372,8 @@ def _at_threshold(p: np.ndarray, y: np.ndarray, w: np.ndarray, t: float) -> dict
 
 
 VARIANTS = {
+    # texts, cosine and both embeddings: the signals plus the embedding head's score
+    "vectors": ("gbdt+head", list(SIGNAL_NAMES) + ["embedding_head"]),
     "full": ("gbdt", list(SIGNAL_NAMES)),
     "lexical": ("gbdt", [s for s in SIGNAL_NAMES if s != "cosine"]),
     "cosine": ("logistic", ["cosine"]),
@@ -373,14 +390,24 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"pairs": pairs, "cos": cos, "x": x, "oof": {}}
     qqp_bw = np.ones(len(y))
     qqp_bw[src == "qqp"] = balanced_weights(y[src == "qqp"])  # class ratio of all of qqp_val
+    f = None
     for name, (kind, feats) in VARIANTS.items():
-        cols = [SIGNAL_NAMES.index(f) for f in feats]
-        xs = x[:, cols]
+        if kind == "gbdt+head" and not args.embedding_head:
+            continue
         t0 = time.perf_counter()
-        oof = out_of_fold(kind, xs, y, w, strata, feats)
+        if kind == "gbdt+head":
+            emb = EmbeddingCache(args.text_model, Path(args.cache_dir))
+            u, v = emb.vectors(pairs.a), emb.vectors(pairs.b)
+            f = pair_features(u, v)
+            oof, _h = stacked_out_of_fold(x, f, y, w, strata, feats)
+            xs = x
+        else:
+            xs = x[:, [SIGNAL_NAMES.index(c) for c in feats]]
+            oof = out_of_fold(kind, xs, y, w, strata, feats)
         cx, cy = isotonic(oof, y, w)
         p_oof = np.interp(oof, cx, cy)
         report["oof"][name] = p_oof
+        report.setdefault("oof_raw", {})[name] = oof
         ops = []
         for prec in PRECISIONS:
             measured = {}
@@ -390,14 +417,30 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             q = (src == "qqp") & (cos >= args.retrieval_floor)
             measured["qqp_balanced"] = _at_threshold(p_oof[q], y[q], qqp_bw[q], prec)
             ops.append({"precision": prec, "threshold": prec, "measured_cv": measured})
-        final = fit_raw(kind, xs, y, w, feats)
-        spec = export_gbdt(final, feats) if kind == "gbdt" else export_logistic(final, feats)
+        if kind == "gbdt+head":
+            # Trees learn from the head's out-of-fold scores; new pairs are scored by the
+            # head fit on every row.
+            assert f is not None
+            head = fit_head(f, y, w)
+            final = fit_raw("gbdt", np.c_[x, head_oof(f, y, w, strata)], y, w, feats)
+            spec = export_gbdt(final, feats)
+            spec["embedding_head"] = export_head(head, u.shape[1])
+        else:
+            final = fit_raw(kind, xs, y, w, feats)
+            spec = export_gbdt(final, feats) if kind == "gbdt" else export_logistic(final, feats)
         spec["calibration"] = {"x": cx.tolist(), "y": cy.tolist()}
         spec["operating_points"] = ops
         out["models"][name] = spec
         # Round trip: the numpy evaluator must reproduce scikit-learn's scores.
-        v = Verifier({"format": VERIFIER_FORMAT, "version": VERIFIER_FORMAT_VERSION, "models": {"full": spec}})
-        diff = float(np.max(np.abs(v.models["full"].scorer.raw(xs) - raw_score(final, xs))))
+        check = Verifier({"format": VERIFIER_FORMAT, "version": VERIFIER_FORMAT_VERSION, "models": {"full": spec}})
+        m = check.models["full"]
+        if kind == "gbdt+head":
+            h_sk = head_score(head, f)
+            xs = np.c_[x, h_sk]
+            diff = max(float(np.max(np.abs(m.head.raw(u, v) - h_sk))),  # type: ignore[union-attr]
+                       float(np.max(np.abs(m.scorer.raw(xs) - raw_score(final, xs)))))
+        else:
+            diff = float(np.max(np.abs(m.scorer.raw(xs) - raw_score(final, xs))))
         report[f"{name}_roundtrip_max_abs_diff"] = diff
         if diff > 1e-6:
             raise AssertionError(f"exported {name} model disagrees with scikit-learn by {diff}")
@@ -457,20 +500,34 @@ def cmd_train(args: argparse.Namespace) -> None:
     print("| scorer | avg precision | recall @ P=0.90 natural | @ P=0.95 natural | @ P=0.95 balanced | @ P=0.98 balanced |")
     print("|---|---|---|---|---|---|")
     rows = [] if args.skip_signal_table else evaluate_signals(x[q], yq, pairs.w[q])
-    rows.append(pr_row("**verifier** (shipped recipe: qqp + easy-vqa train, isotonic)", rep["oof"]["full"][q], yq))
+    rows.append(pr_row("verifier `full` (24 signals; qqp + easy-vqa train, isotonic)", rep["oof"]["full"][q], yq))
+    main = "vectors" if "vectors" in rep["oof"] else "full"
+    if main == "vectors":
+        rows.append(pr_row("**verifier `vectors`** (24 signals + embedding head, nested; isotonic)",
+                           rep["oof"]["vectors"][q], yq))
     for r in rows:
         print(f"| {r['scorer']} | {r['ap']:.3f} | {_op(r['nat90'])} | {_op(r['nat95'])} | {_op(r['bal95'])} | {_op(r['bal98'])} |")
-    print("\n## Retrieval floor (qqp_val, verifier out-of-fold)\n")
+    print("\n## qqp_val: the shipped models, 5-fold CV, natural (unweighted) and class-balanced\n")
+    print("| scorer | AP natural | AP balanced | R@P=0.95 natural | R@P=0.98 natural | R@P=0.95 balanced | R@P=0.98 balanced |")
+    print("|---|---|---|---|---|---|---|")
+    full_rows = [pr_row_full("raw cosine (no training)", cos[q], yq)]
+    for name in [n for n in ("full", "vectors") if n in rep["oof"]]:
+        full_rows.append(pr_row_full(f"`{name}`, raw out-of-fold score", rep["oof_raw"][name][q], yq))
+        full_rows.append(pr_row_full(f"`{name}`, isotonic (shipped)", rep["oof"][name][q], yq))
+    for r in full_rows:
+        print(f"| {r['scorer']} | {r['ap']:.3f} | {r['ap_bal']:.3f} | {_rec(r['nat95'])} | {_rec(r['nat98'])} | "
+              f"{_rec(r['bal95'])} | {_rec(r['bal98'])} |")
+    print(f"\n## Retrieval floor (qqp_val, verifier `{main}` out-of-fold)\n")
     print("| cosine floor | duplicates reachable | accept p>=0.95: precision / recall | balanced | accept p>=0.90 | balanced |")
     print("|---|---|---|---|---|---|")
-    for r in floor_sweep(rep["oof"]["full"][q], yq, cos[q], (0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)):
+    for r in floor_sweep(rep["oof"][main][q], yq, cos[q], (0.6, 0.7, 0.75, 0.8, 0.85, 0.9, 0.95)):
         cells = [f"{r[k]['precision']:.3f} / {r[k]['recall']:.3f}" for k in ("t0.95", "t0.95_bal", "t0.9", "t0.9_bal")]
         print(f"| {r['floor']:.2f} | {r['reach']:.3f} | " + " | ".join(cells) + " |")
-    print("\n## Shipped model: measured (CV) at its thresholds, candidates with cosine >= "
+    print(f"\n## Shipped model `{main}`: measured (CV) at its thresholds, candidates with cosine >= "
           f"{args.retrieval_floor}\n")
     print("| min_precision = threshold | qqp precision / recall | qqp balanced | easy-vqa train |")
     print("|---|---|---|---|")
-    for op in res["verifier"]["models"]["full"]["operating_points"]:
+    for op in res["verifier"]["models"][main]["operating_points"]:
         m = op["measured_cv"]
         cells = [f"{m[k]['precision']:.3f} / {m[k]['recall']:.3f}" for k in ("qqp", "qqp_balanced", "easyvqa")]
         print(f"| {op['precision']} | " + " | ".join(cells) + " |")
@@ -496,6 +553,170 @@ def cmd_signals(args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|---|")
     for r in evaluate_signals(x[q], pairs.y[q], pairs.w[q]):
         print(f"| {r['scorer']} | {r['ap']:.3f} | {_op(r['nat90'])} | {_op(r['nat95'])} | {_op(r['bal95'])} | {_op(r['bal98'])} |")
+
+
+# ----------------------------------------------------------------------------- embedding head
+# The classic sentence-pair classification head: with u, v the normalized embeddings
+# of the two texts, a logistic regression on [|u - v|, u * v] (u * v sums to the
+# cosine: the head is a learned, per-dimension weighted cosine). Its score becomes one
+# more input of the trees, stacked without leakage: the trees are trained on the
+# head's out-of-fold scores, the head that scores new pairs on all training rows.
+HEAD_C = 0.002
+
+
+def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """[|u - v|, u * v] of rows of normalized embeddings (symmetric in u, v)."""
+    return np.hstack([np.abs(u - v), u * v])
+
+
+def fit_head(f: np.ndarray, y: np.ndarray, w: np.ndarray, kind: str = "logistic", c: float = HEAD_C) -> Any:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    if kind == "mlp":
+        from sklearn.neural_network import MLPClassifier
+
+        model = make_pipeline(StandardScaler(), MLPClassifier(hidden_layer_sizes=(64,), alpha=c, max_iter=60,
+                                                              early_stopping=False, random_state=SEED))
+        model.fit(f, y, mlpclassifier__sample_weight=w)
+        return model
+    model = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=3000))
+    model.fit(f, y, logisticregression__sample_weight=w)
+    return model
+
+
+def head_score(model: Any, f: np.ndarray) -> np.ndarray:
+    if hasattr(model, "decision_function"):
+        return np.asarray(model.decision_function(f), dtype=np.float64)
+    p = np.clip(model.predict_proba(f)[:, 1], 1e-9, 1 - 1e-9)
+    return np.log(p / (1 - p))
+
+
+def head_oof(f: np.ndarray, y: np.ndarray, w: np.ndarray, strata: np.ndarray, folds: int = 5,
+             kind: str = "logistic", c: float = HEAD_C, seed: int = SEED) -> np.ndarray:
+    """Out-of-fold head scores of every row."""
+    from sklearn.model_selection import StratifiedKFold
+
+    out = np.zeros(len(y))
+    for tr, te in StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(f, strata):
+        out[te] = head_score(fit_head(f[tr], y[tr], w[tr], kind, c), f[te])
+    return out
+
+
+def stacked_out_of_fold(x: np.ndarray, f: np.ndarray, y: np.ndarray, w: np.ndarray, strata: np.ndarray,
+                        features: Sequence[str], folds: int = 5, inner_folds: int = 5, kind: str = "logistic",
+                        c: float = HEAD_C) -> tuple[np.ndarray, np.ndarray]:
+    """(trees' raw scores, head scores) of every row, both from models that never saw it.
+
+    Per outer fold: the head's scores of the training rows come from an inner k-fold
+    on those rows only (what the trees learn from), the test rows' from a head fit on
+    all training rows (what scores new pairs at run time).
+    """
+    from sklearn.model_selection import StratifiedKFold
+
+    out = np.zeros(len(y))
+    head = np.zeros(len(y))
+    for k, (tr, te) in enumerate(StratifiedKFold(n_splits=folds, shuffle=True, random_state=SEED).split(x, strata)):
+        t0 = time.perf_counter()
+        h_tr = head_oof(f[tr], y[tr], w[tr], strata[tr], inner_folds, kind, c, seed=SEED + 1)
+        h_te = head_score(fit_head(f[tr], y[tr], w[tr], kind, c), f[te])
+        head[te] = h_te
+        g = fit_raw("gbdt", np.c_[x[tr], h_tr], y[tr], w[tr], features)
+        out[te] = raw_score(g, np.c_[x[te], h_te])
+        _log(f"stacked fold {k + 1}/{folds} in {time.perf_counter() - t0:.0f}s")
+    return out, head
+
+
+def pca_out_of_fold(x: np.ndarray, f: np.ndarray, y: np.ndarray, w: np.ndarray, strata: np.ndarray,
+                    features: Sequence[str], k: int = 16, folds: int = 5) -> np.ndarray:
+    """Trees on the signals plus the first ``k`` principal components of the pair
+    features, the PCA fit on each training fold."""
+    from sklearn.decomposition import PCA
+    from sklearn.model_selection import StratifiedKFold
+
+    out = np.zeros(len(y))
+    for tr, te in StratifiedKFold(n_splits=folds, shuffle=True, random_state=SEED).split(x, strata):
+        pca = PCA(n_components=k, random_state=SEED).fit(f[tr])
+        g = fit_raw("gbdt", np.c_[x[tr], pca.transform(f[tr])], y[tr], w[tr], features)
+        out[te] = raw_score(g, np.c_[x[te], pca.transform(f[te])])
+    return out
+
+
+def infold_idf_out_of_fold(pairs: PairSet, cos: np.ndarray, y: np.ndarray, w: np.ndarray, strata: np.ndarray,
+                           folds: int = 5) -> np.ndarray:
+    """The shipped recipe with the word weights (IDF) fit on each training fold's texts only."""
+    from sklearn.model_selection import StratifiedKFold
+
+    out = np.zeros(len(y))
+    for tr, te in StratifiedKFold(n_splits=folds, shuffle=True, random_state=SEED).split(cos, strata):
+        df, n = WordWeights.fit(sorted({pairs.a[i] for i in tr} | {pairs.b[i] for i in tr}))
+        ww = WordWeights(df, n)
+        sub = lambda idx: PairSet([pairs.a[i] for i in idx], [pairs.b[i] for i in idx], y[idx], w[idx],  # noqa: E731
+                                  pairs.source[idx])
+        xtr, xte = signal_matrix(sub(tr), cos[tr], ww), signal_matrix(sub(te), cos[te], ww)
+        out[te] = raw_score(fit_raw("gbdt", xtr, y[tr], w[tr], SIGNAL_NAMES), xte)
+    return out
+
+
+def pr_row_full(name: str, score: np.ndarray, y: np.ndarray) -> dict[str, Any]:
+    """AP and recall at precision 0.95 / 0.98, natural (unweighted) and class-balanced."""
+    from sklearn.metrics import average_precision_score
+
+    bw = balanced_weights(y)
+    return {"scorer": name, "ap": average_precision(score, y),
+            "ap_bal": float(average_precision_score(y, score, sample_weight=bw)),
+            "nat95": operating_point(score, y, 0.95), "nat98": operating_point(score, y, 0.98),
+            "bal95": operating_point(score, y, 0.95, bw), "bal98": operating_point(score, y, 0.98, bw)}
+
+
+def _rec(op: dict[str, float]) -> str:
+    return "—" if not np.isfinite(op["threshold"]) else f"{op['recall']:.3f}"
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    """Cross-validated comparison of the shipped recipe with embedding-interaction variants."""
+    pairs, cos, x, _ww = build_training_set(args)
+    y, w, src = pairs.y, pairs.w, pairs.source
+    strata = np.char.add(src.astype(str), y.astype(str))
+    emb = EmbeddingCache(args.text_model, Path(args.cache_dir))
+    f = pair_features(emb.vectors(pairs.a), emb.vectors(pairs.b))
+    q = src == "qqp"
+    rows: list[dict[str, Any]] = [pr_row_full("raw cosine (no training)", cos[q], y[q])]
+
+    def add(name: str, raw: np.ndarray) -> None:
+        cx, cy = isotonic(raw, y, w)
+        rows.append(pr_row_full(f"{name}, raw score", raw[q], y[q]))
+        rows.append(pr_row_full(f"{name}, isotonic", np.interp(raw, cx, cy)[q], y[q]))
+        _log(f"{name}: AP {rows[-2]['ap']:.3f}, bal95 {_rec(rows[-1]['bal95'])}")
+
+    feats = list(SIGNAL_NAMES)
+    t0 = time.perf_counter()
+    add("shipped recipe (24 signals, trees)", out_of_fold("gbdt", x, y, w, strata, feats))
+    _log(f"  {time.perf_counter() - t0:.0f}s")
+    if "idf" in args.variants:
+        add("shipped recipe, IDF fit in-fold", infold_idf_out_of_fold(pairs, cos, y, w, strata))
+    for c in args.head_c:
+        if "head" in args.variants:
+            t0 = time.perf_counter()
+            h = head_oof(f, y, w, strata, 5, "logistic", c)
+            rows.append(pr_row_full(f"head alone: logistic on [|u-v|, u*v], C={c}", h[q], y[q]))
+            _log(f"head C={c}: AP {rows[-1]['ap']:.3f} in {time.perf_counter() - t0:.0f}s")
+        if "stack" in args.variants:
+            raw, h = stacked_out_of_fold(x, f, y, w, strata, feats + ["embedding_head"], c=c)
+            add(f"24 signals + head (C={c}), trees, nested", raw)
+    if "mlp" in args.variants:
+        h = head_oof(f, y, w, strata, 5, "mlp", 1e-2)
+        rows.append(pr_row_full("head alone: MLP(64) on [|u-v|, u*v]", h[q], y[q]))
+        _log(f"mlp head: AP {rows[-1]['ap']:.3f}")
+    if "pca" in args.variants:
+        add("24 signals + PCA(16) of [|u-v|, u*v], trees", pca_out_of_fold(x, f, y, w, strata, feats + [f"pc{i}" for i in range(16)]))
+    print("## qqp_val, 5-fold CV (qqp_val + easy-vqa train in training, qqp_val rows scored)\n")
+    print("| scorer | AP natural | AP balanced | R@P=0.95 natural | R@P=0.98 natural | R@P=0.95 balanced | R@P=0.98 balanced |")
+    print("|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['scorer']} | {r['ap']:.3f} | {r['ap_bal']:.3f} | {_rec(r['nat95'])} | {_rec(r['nat98'])} | "
+              f"{_rec(r['bal95'])} | {_rec(r['bal98'])} |")
 
 
 # ----------------------------------------------------------------------------- easy-vqa evidence
@@ -530,9 +751,15 @@ def vqa_pair_category(stored: str, new: str) -> str:
 
 
 def _engine_verdicts(verifier: Verifier, pairs: Sequence[tuple[str, str]], cos: np.ndarray,
-                     retrieval: float, precision: float) -> np.ndarray:
-    """True where the engine at these settings would reuse (retrieved and accepted)."""
-    p = verifier.probabilities(list(pairs), cos)
+                     retrieval: float, precision: float, emb: Optional["EmbeddingCache"] = None) -> np.ndarray:
+    """True where the engine at these settings would reuse (retrieved and accepted):
+    with the "vectors" model when the verifier has one (the engine hands it both
+    embeddings of an L1 candidate), else "full"."""
+    if "vectors" in verifier.models and emb is not None:
+        uv = (emb.vectors([a for a, _ in pairs]), emb.vectors([b for _, b in pairs]))
+        p = verifier.probabilities(list(pairs), cos, "vectors", uv)
+    else:
+        p = verifier.probabilities(list(pairs), cos)
     return (cos >= retrieval) & (p >= verifier.models["full"].threshold_for_precision(precision))
 
 
@@ -581,7 +808,7 @@ def cmd_vqa(args: argparse.Namespace) -> None:
     print("|---|---|" + "---|" * len(settings))
     verdicts = {}
     for name, prec, ret in settings:
-        verdicts[name] = (cos >= ret) if prec is None else _engine_verdicts(verifier, pairs, cos, ret, prec)
+        verdicts[name] = (cos >= ret) if prec is None else _engine_verdicts(verifier, pairs, cos, ret, prec, emb)
     for cat in ("paraphrase", "negation", "changed colour/shape word", "changed word and negation", "different question"):
         m = cats == cat
         cells = [f"{int(verdicts[n][m].sum())} ({verdicts[n][m].mean():.1%})" for n, _, _ in settings]
@@ -592,7 +819,7 @@ def cmd_vqa(args: argparse.Namespace) -> None:
     print("| setting | reused |")
     print("|---|---|")
     for name, prec, ret in settings:
-        v = (ncos >= ret) if prec is None else _engine_verdicts(verifier, nums, ncos, ret, prec)
+        v = (ncos >= ret) if prec is None else _engine_verdicts(verifier, nums, ncos, ret, prec, emb)
         print(f"| {name} | {int(v.sum())} of {len(nums)} (cosine median {np.median(ncos):.3f}) |")
     print("\n## VQA stream through MLCEngine (L1 on the image pixels), oracle backend\n")
     print("| setting | lookups | hit rate | hits wrong | answer accuracy |")
@@ -744,14 +971,41 @@ def cmd_latency(args: argparse.Namespace) -> None:
     qqp = load_qqp(Path(args.data_dir))
     n = min(args.n, len(qqp))
     pol = VerificationPolicy(verifier)
+    vecs: list[Any] = [None] * n
+    if verifier.head_dim() is not None and not args.no_vectors:
+        emb = EmbeddingCache(args.text_model, Path(args.cache_dir))
+        u, v = emb.vectors(qqp.a[:n]).astype(np.float32), emb.vectors(qqp.b[:n]).astype(np.float32)
+        vecs = list(zip(u, v))
+    models: Counter[str] = Counter()
     times = []
-    for a, b in zip(qqp.a[:n], qqp.b[:n]):  # distinct texts: no profile-cache help
+    for a, b, uv in zip(qqp.a[:n], qqp.b[:n], vecs):  # distinct texts: no profile-cache help
         t0 = time.perf_counter()
-        pol.decide(a, b, 0.9, entry_id="e", request_key="r", stored_payload="x")
+        d = pol.decide(a, b, 0.9, entry_id="e", request_key="r", stored_payload="x", vectors=uv)
         times.append((time.perf_counter() - t0) * 1000.0)
+        models[d.model] += 1
     t = np.asarray(times)
-    print(f"verifier decision per candidate over {n} qqp_val pairs (signals + trees + calibration): "
+    print(f"verifier decision per candidate over {n} qqp_val pairs (model {dict(models)}): "
           f"median {np.median(t):.3f} ms, p90 {np.percentile(t, 90):.3f} ms, p99 {np.percentile(t, 99):.3f} ms")
+    if verifier.head_dim() is not None and not args.no_vectors:
+        # The engine's extra storage read for the "vectors" model: one stored L1 vector
+        # per verified candidate (embedded Chroma, in memory; embeddings supplied).
+        from ..engine import MLCEngine
+        from ..request import CacheRequest
+
+        eng = MLCEngine(enable_l2=False)
+        try:
+            ids = [eng.update(CacheRequest(text=b, text_embedding=vb.tolist(), scope="lat"), "x")
+                   for b, (_u, vb) in zip(qqp.b[:200], vecs[:200])]
+            reads = []
+            for eid in ids:
+                t0 = time.perf_counter()
+                eng._get_vectors("l1", [str(eid)])
+                reads.append((time.perf_counter() - t0) * 1000.0)
+        finally:
+            eng.close()
+        r = np.asarray(reads)
+        print(f"stored-vector read per candidate (engine, embedded Chroma, {len(r)} entries): "
+              f"median {np.median(r):.3f} ms, p90 {np.percentile(r, 90):.3f} ms")
 
 
 # ----------------------------------------------------------------------------- main
@@ -768,10 +1022,19 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     t.add_argument("--retrieval-floor", type=float, default=0.80)
     t.add_argument("--dry-run", action="store_true", help="print the evidence, do not write the model")
     t.add_argument("--skip-signal-table", action="store_true", help="skip the per-signal CV table (slow)")
+    t.add_argument("--embedding-head", action="store_true",
+                   help="also train the 'vectors' model (texts + both embeddings; measured, not shipped: "
+                        "see docs/verification.md)")
     t.set_defaults(fn=cmd_train)
     sg = sub.add_parser("signals", help="per-signal precision-recall table on qqp_val (no model written)")
     sg.add_argument("--easyvqa-weight", type=float, default=1.0)
     sg.set_defaults(fn=cmd_signals)
+    c = sub.add_parser("compare", help="CV comparison: shipped recipe vs embedding-interaction variants")
+    c.add_argument("--easyvqa-weight", type=float, default=1.0)
+    c.add_argument("--variants", nargs="+", default=["head", "stack"],
+                   choices=["idf", "head", "stack", "mlp", "pca"])
+    c.add_argument("--head-c", type=float, nargs="+", default=[HEAD_C])
+    c.set_defaults(fn=cmd_compare)
     v = sub.add_parser("vqa", help="easy-vqa test split: refusals by pair kind, changed numbers, VQA stream")
     v.add_argument("--verifier", default=None, help="verifier JSON (default: the shipped one)")
     v.add_argument("--images", type=int, default=150)
@@ -787,6 +1050,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     la = sub.add_parser("latency", help="added latency per candidate")
     la.add_argument("--verifier", default=None)
     la.add_argument("-n", type=int, default=2000)
+    la.add_argument("--no-vectors", action="store_true", help="time the 'full' model (no embeddings given)")
     la.set_defaults(fn=cmd_latency)
     args = ap.parse_args(argv)
     args.fn(args)

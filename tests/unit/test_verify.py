@@ -22,6 +22,7 @@ from mlc_integrations.verify import (
     exact_answer_match,
     extract_signals,
     make_policy,
+    pair_features,
 )
 
 
@@ -167,7 +168,7 @@ def test_shipped_verifier_refuses_close_but_wrong_and_keeps_paraphrases(text_emb
 
     def p(a: str, b: str) -> float:
         va, vb = text_embedder.embed([a, b])
-        return v.probability(a, b, float(va @ vb))[0]
+        return v.probability(a, b, float(va @ vb), (va, vb))[0]  # no "vectors" model shipped: "full"
 
     for a, b in [("Is there a cat in the picture?", "Is there no cat in the picture?"),
                  ("What is 15% of 80?", "What is 25% of 80?"),
@@ -179,6 +180,115 @@ def test_shipped_verifier_refuses_close_but_wrong_and_keeps_paraphrases(text_emb
     for a, b in [("what color is the shape?", "what is the color of the shape?"),
                  ("is there a triangle?", "is there a triangle in the image?")]:
         assert p(a, b) >= thr, (a, b)
+
+
+# ----------------------------------------------------------------------------- embedding head ("vectors" model)
+def _unit(rng: Any, n: int, dim: int) -> np.ndarray:
+    x = rng.standard_normal((n, dim))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def _synthetic_pairs(n: int = 800, dim: int = 8, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(signals, u, v, labels): duplicates are close in the first 4 dimensions only,
+    so the head (a weighted cosine) separates them better than the plain cosine."""
+    rng = np.random.default_rng(seed)
+    u = _unit(rng, n, dim)
+    y = (rng.random(n) < 0.4).astype(int)
+    scale = np.ones((n, dim))
+    scale[y == 1, :4] = 0.05
+    v = u + 0.5 * rng.standard_normal((n, dim)) * scale
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    x = rng.random((n, len(SIGNAL_NAMES)))
+    x[:, 0] = (u * v).sum(axis=1)
+    return x, u, v, y
+
+
+def test_pair_features_are_symmetric_and_hold_the_cosine() -> None:
+    rng = np.random.default_rng(1)
+    u, v = _unit(rng, 3, 5), _unit(rng, 3, 5)
+    f = pair_features(u, v)
+    assert f.shape == (3, 10)
+    np.testing.assert_allclose(f, pair_features(v, u))
+    np.testing.assert_allclose(f[:, 5:].sum(axis=1), (u * v).sum(axis=1))
+    np.testing.assert_allclose(pair_features(u[0], v[0]), f[:1])  # one pair as 1-d vectors
+
+
+def _vectors_verifier(seed: int = 0) -> tuple[Verifier, Any, Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    from mlc_integrations.eval.train_verifier import (
+        export_gbdt, export_head, fit_head, fit_raw, head_oof, head_score, isotonic, raw_score,
+    )
+
+    x, u, v, y = _synthetic_pairs(seed=seed)
+    w = np.ones(len(y))
+    f = pair_features(u, v)
+    head = fit_head(f, y, w, c=1.0)
+    feats = list(SIGNAL_NAMES) + ["embedding_head"]
+    trees = fit_raw("gbdt", np.c_[x, head_oof(f, y, w, y, folds=3, c=1.0)], y, w, feats)
+    raw = raw_score(trees, np.c_[x, head_score(head, f)])
+    cx, cy = isotonic(raw, y, w)
+    spec = export_gbdt(trees, feats)
+    spec["embedding_head"] = export_head(head, u.shape[1])
+    spec["calibration"] = {"x": cx.tolist(), "y": cy.tolist()}
+    full = export_gbdt(fit_raw("gbdt", x, y, w, SIGNAL_NAMES), SIGNAL_NAMES)
+    v_ = Verifier({"format": VERIFIER_FORMAT, "version": 2, "models": {"full": full, "vectors": spec}})
+    return v_, head, trees, x, u, v, np.interp(raw, cx, cy)
+
+
+def test_vectors_model_round_trip_train_save_load_same_decisions(tmp_path: Any) -> None:
+    """head + trees: train -> export JSON -> save -> load -> same head scores, probabilities, decisions."""
+    from mlc_integrations.eval.train_verifier import head_score
+
+    ver, head, _trees, x, u, v, p_sklearn = _vectors_verifier()
+    path = tmp_path / "verifier.json"
+    ver.save(path)
+    loaded = Verifier.load(path)
+    m = loaded.models["vectors"]
+    assert m.needs_vectors and loaded.head_dim() == u.shape[1]
+    np.testing.assert_allclose(m.head.raw(u, v), head_score(head, pair_features(u, v)), atol=1e-9)  # type: ignore[union-attr]
+    p = m.probability(x, u, v)
+    np.testing.assert_allclose(p, p_sklearn, atol=1e-9)
+    assert ((p >= 0.8) == (p_sklearn >= 0.8)).all()
+    with pytest.raises(ValueError):
+        m.probability(x)  # the head needs both embeddings
+
+
+def test_vectors_model_only_with_matching_embeddings() -> None:
+    ver, *_rest, u, v, _p = _vectors_verifier()
+    assert ver.probability("a b", "a c", 0.9, (u[0], v[0]))[1] == "vectors"
+    assert ver.probability("a b", "a c", 0.9)[1] == "full"  # no embeddings: the texts + cosine model
+    assert ver.probability("a b", "a c", 0.9, (u[0][:4], v[0][:4]))[1] == "full"  # another model's dimension
+    assert ver.probability("a b", "a c", 0.9, (u[0], None))[1] == "full"
+    pol = VerificationPolicy(ver, cosine_matches_verifier=False)
+    assert pol.decide("a b", "a c", 0.9, vectors=(u[0], v[0])).model != "vectors"  # not its text model
+    pol = VerificationPolicy(ver)
+    assert pol.wants_vectors and pol.decide("a b", "a c", 0.9, vectors=(u[0], v[0])).model == "vectors"
+    assert not VerificationPolicy(_logistic_verifier()).wants_vectors
+
+
+def test_head_needs_its_input_and_well_formed_arrays() -> None:
+    ver, *_ = _vectors_verifier()
+    spec = ver.to_json()["models"]["vectors"]
+    for broken in ({**spec, "embedding_head": None},
+                   {**spec, "embedding_head": {**spec["embedding_head"], "dim": 3}},
+                   {**spec, "embedding_head": {**spec["embedding_head"], "input": "concat"}}):
+        with pytest.raises(VerifierFormatError):
+            Verifier({"format": VERIFIER_FORMAT, "version": 2, "models": {"full": spec, "vectors": broken}})
+
+
+def test_stacked_out_of_fold_learns_from_the_head() -> None:
+    """Nested stacking: trees on signals + out-of-fold head scores beat the plain cosine
+    where the head carries the signal (the synthetic duplicates differ in 4 dimensions)."""
+    from sklearn.metrics import average_precision_score
+
+    from mlc_integrations.eval.train_verifier import stacked_out_of_fold
+
+    x, u, v, y = _synthetic_pairs(n=600, seed=3)
+    w = np.ones(len(y))
+    raw, head = stacked_out_of_fold(x, pair_features(u, v), y, w, y, list(SIGNAL_NAMES) + ["embedding_head"],
+                                    folds=3, inner_folds=3, c=1.0)
+    assert np.isfinite(raw).all() and np.isfinite(head).all()
+    assert average_precision_score(y, head) > average_precision_score(y, x[:, 0]) + 0.05
+    assert average_precision_score(y, raw) > average_precision_score(y, x[:, 0]) + 0.05
 
 
 # ----------------------------------------------------------------------------- answers
@@ -356,6 +466,34 @@ def test_engine_without_stored_prompts_uses_cosine_model(make_engine: Any, caplo
     assert d.model == "cosine"
     assert hit is None or hit.scores["verifier"] >= hit.thresholds["verifier"]
     assert any("store_prompts=False" in r.message for r in caplog.records) or eng.verification._warned
+
+
+def _minilm_vectors_verifier(head_weight: float) -> Verifier:
+    """A "vectors" model over cosine + embedding_head for 384-d embeddings whose head is
+    a plain weighted cosine (u * v coefficients = head_weight)."""
+    dim = 384
+    head = {"kind": "logistic", "input": "absdiff_product", "dim": dim, "coef": [0.0] * dim + [head_weight] * dim,
+            "intercept": 0.0, "mean": [0.0] * (2 * dim), "scale": [1.0] * (2 * dim)}
+    base = _logistic_verifier().to_json()
+    base["version"] = 2
+    base["models"]["vectors"] = {"kind": "logistic", "features": ["cosine", "embedding_head"], "coef": [40.0, 1.0],
+                                 "intercept": -36.0, "embedding_head": head}
+    return Verifier(base)
+
+
+def test_engine_hands_both_embeddings_to_the_vectors_model(make_engine: Any) -> None:
+    """The engine reads an L1 candidate's stored vector for a verifier with a "vectors"
+    model; without one (the shipped verifier) it never reads it and uses "full"."""
+    eng = make_engine(enable_l2=False, verifier=_minilm_vectors_verifier(40.0))
+    assert eng.verification.wants_vectors
+    eng.update(req("what is the color of the shape?"), "red")
+    d = next(iter(req_decisions(eng, "what color is the shape?").values()))
+    # logit = 40 * cosine + head (= 40 * cosine) - 36 >= 28 at the retrieval threshold 0.8
+    assert d.model == "vectors" and d.probability > 0.99
+    eng2 = make_engine(enable_l2=False)
+    assert not eng2.verification.wants_vectors
+    eng2.update(req("what is the color of the shape?"), "red")
+    assert next(iter(req_decisions(eng2, "what color is the shape?").values())).model == "full"
 
 
 def req_decisions(eng: Any, text: str) -> dict[str, Any]:
