@@ -537,8 +537,9 @@ class MLCEngine:
     def _verifier_vectors(self, cand: _Candidate, kr: KeyedRequest, tier: str) -> Optional[tuple[np.ndarray, np.ndarray]]:
         """(new, stored) text-model vectors behind the candidate's cosine, for the verifier's
         embedding head (its "vectors" model); None when it has none or the read fails
-        (the verifier then judges on texts and cosine only)."""
-        if not self.verification.wants_vectors:  # type: ignore[union-attr]
+        (the verifier then judges on texts and cosine only). Not for a caller-supplied
+        ``text_embedding``: the head was trained on the verifier's own text model."""
+        if not self.verification.wants_vectors or kr.request.text_embedding is not None:  # type: ignore[union-attr]
             return None
         try:
             stored = self._get_vectors("l1" if tier == "L1" else "l2_prompt", [cand.entry_id]).get(cand.entry_id)

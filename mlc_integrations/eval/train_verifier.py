@@ -392,7 +392,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     qqp_bw[src == "qqp"] = balanced_weights(y[src == "qqp"])  # class ratio of all of qqp_val
     f = None
     for name, (kind, feats) in VARIANTS.items():
-        if kind == "gbdt+head" and not args.embedding_head:
+        if kind == "gbdt+head" and args.no_embedding_head:
             continue
         t0 = time.perf_counter()
         if kind == "gbdt+head":
@@ -825,7 +825,7 @@ def cmd_vqa(args: argparse.Namespace) -> None:
     print("| setting | lookups | hit rate | hits wrong | answer accuracy |")
     print("|---|---|---|---|---|")
     for name, kw in (("raw cosine, old default (τ=0.95, no verifier)", {"verifier": "off", "l1_threshold": 0.95}),
-                     ("verifier at engine defaults", {})):
+                     ("verifier at engine defaults", {"verifier": args.verifier} if args.verifier else {})):
         r = vqa_stream(kw, args.images, args.questions_per_image)
         print(f"| {name} | {r['lookups']} | {r['hit_rate']:.3f} | {r['wrong_hits']} of {r['hits']} | {r['accuracy']:.3f} |")
 
@@ -1022,9 +1022,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     t.add_argument("--retrieval-floor", type=float, default=0.80)
     t.add_argument("--dry-run", action="store_true", help="print the evidence, do not write the model")
     t.add_argument("--skip-signal-table", action="store_true", help="skip the per-signal CV table (slow)")
-    t.add_argument("--embedding-head", action="store_true",
-                   help="also train the 'vectors' model (texts + both embeddings; measured, not shipped: "
-                        "see docs/verification.md)")
+    t.add_argument("--no-embedding-head", action="store_true",
+                   help="leave out the 'vectors' model (texts + both embeddings)")
     t.set_defaults(fn=cmd_train)
     sg = sub.add_parser("signals", help="per-signal precision-recall table on qqp_val (no model written)")
     sg.add_argument("--easyvqa-weight", type=float, default=1.0)

@@ -114,7 +114,8 @@ def test_shipped_verifier_is_plain_json_with_all_models() -> None:
     raw = DEFAULT_VERIFIER_PATH.read_text(encoding="utf-8")
     data = json.loads(raw)  # JSON, nothing executable
     assert data["format"] == VERIFIER_FORMAT
-    assert set(data["models"]) == {"full", "lexical", "cosine"}
+    assert set(data["models"]) == {"vectors", "full", "lexical", "cosine"}
+    assert data["models"]["vectors"]["embedding_head"]["dim"] == 384  # all-MiniLM-L6-v2
     v = Verifier.load()
     assert v.training["command"].startswith("python -m mlc_integrations.eval.train_verifier")
     p, model = v.probability("a", "b", 0.5)
@@ -168,7 +169,10 @@ def test_shipped_verifier_refuses_close_but_wrong_and_keeps_paraphrases(text_emb
 
     def p(a: str, b: str) -> float:
         va, vb = text_embedder.embed([a, b])
-        return v.probability(a, b, float(va @ vb), (va, vb))[0]  # no "vectors" model shipped: "full"
+        p_full, m_full = v.probability(a, b, float(va @ vb))
+        p_vec, m_vec = v.probability(a, b, float(va @ vb), (va, vb))
+        assert (m_full, m_vec) == ("full", "vectors") and 0.0 <= p_full <= 1.0
+        return p_vec
 
     for a, b in [("Is there a cat in the picture?", "Is there no cat in the picture?"),
                  ("What is 15% of 80?", "What is 25% of 80?"),
@@ -483,17 +487,29 @@ def _minilm_vectors_verifier(head_weight: float) -> Verifier:
 
 def test_engine_hands_both_embeddings_to_the_vectors_model(make_engine: Any) -> None:
     """The engine reads an L1 candidate's stored vector for a verifier with a "vectors"
-    model; without one (the shipped verifier) it never reads it and uses "full"."""
+    model (the shipped one has it); without one it never reads it and uses "full"."""
     eng = make_engine(enable_l2=False, verifier=_minilm_vectors_verifier(40.0))
     assert eng.verification.wants_vectors
     eng.update(req("what is the color of the shape?"), "red")
     d = next(iter(req_decisions(eng, "what color is the shape?").values()))
     # logit = 40 * cosine + head (= 40 * cosine) - 36 >= 28 at the retrieval threshold 0.8
     assert d.model == "vectors" and d.probability > 0.99
-    eng2 = make_engine(enable_l2=False)
+    eng2 = make_engine(enable_l2=False, verifier=_logistic_verifier())
     assert not eng2.verification.wants_vectors
     eng2.update(req("what is the color of the shape?"), "red")
     assert next(iter(req_decisions(eng2, "what color is the shape?").values())).model == "full"
+    eng3 = make_engine(enable_l2=False)  # the shipped verifier
+    eng3.update(req("what is the color of the shape?"), "red")
+    eng3.update(req("Is there a cat in the picture?"), "yes")
+    d = next(iter(req_decisions(eng3, "what color is the shape?").values()))
+    assert d.model == "vectors" and d.accept
+    d = next(iter(req_decisions(eng3, "Is there no cat in the picture?").values()))
+    assert d.model == "vectors" and not d.accept
+    # a caller-supplied embedding: the cosine is used, the head (trained on MiniLM) is not
+    r = CacheRequest(text="what color is the shape?", scope="m",
+                     text_embedding=eng3.text_embedder.embed(["what color is the shape?"])[0].tolist())
+    eng3.lookup(r)
+    assert next(iter(r._keyed.features["verification"].values())).model == "full"
 
 
 def req_decisions(eng: Any, text: str) -> dict[str, Any]:
