@@ -128,7 +128,10 @@ class TextEmbedder:
 
     @property
     def dim(self) -> int:
-        return int(self._ensure().get_sentence_embedding_dimension())
+        model = self._ensure()
+        # sentence-transformers >= 5.x renamed the method (the old name warns).
+        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+        return int(getter())
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out: list[Optional[np.ndarray]] = [self._memo.get(t) for t in texts]
