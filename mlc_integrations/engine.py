@@ -133,6 +133,7 @@ class MLCEngine:
         verifier_precision: float = DEFAULT_MIN_PRECISION,
         max_false_hit_rate: Optional[float] = None,
         explore_rate: float = DEFAULT_EXPLORE_RATE,
+        verifier_embedding_head: bool = False,
     ) -> None:
         if l2_threshold is not None:
             l2_image_threshold = l2_prompt_threshold = l2_threshold
@@ -185,7 +186,7 @@ class MLCEngine:
         # Verifier between retrieval and reuse (verify.py, docs/verification.md); None = raw cosine only.
         self.verification: Optional[VerificationPolicy] = make_policy(
             verifier, min_precision=verifier_precision, max_false_hit_rate=max_false_hit_rate,
-            explore_rate=explore_rate, text_model=text_model)
+            explore_rate=explore_rate, text_model=text_model, embedding_head=verifier_embedding_head)
         if self.verification is None and self.l1_threshold < 0.95:
             log.warning("verifier is off and l1_threshold=%.2f: raw cosine alone reuses negated and reworded "
                         "questions below 0.95 (see docs/verification.md)", self.l1_threshold)

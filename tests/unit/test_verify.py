@@ -264,9 +264,11 @@ def test_vectors_model_only_with_matching_embeddings() -> None:
     assert ver.probability("a b", "a c", 0.9, (u[0], None))[1] == "full"
     pol = VerificationPolicy(ver, cosine_matches_verifier=False)
     assert pol.decide("a b", "a c", 0.9, vectors=(u[0], v[0])).model != "vectors"  # not its text model
-    pol = VerificationPolicy(ver)
+    pol = VerificationPolicy(ver)  # the head is opt-in
+    assert not pol.wants_vectors and pol.decide("a b", "a c", 0.9, vectors=(u[0], v[0])).model == "full"
+    pol = VerificationPolicy(ver, embedding_head=True)
     assert pol.wants_vectors and pol.decide("a b", "a c", 0.9, vectors=(u[0], v[0])).model == "vectors"
-    assert not VerificationPolicy(_logistic_verifier()).wants_vectors
+    assert not VerificationPolicy(_logistic_verifier(), embedding_head=True).wants_vectors
 
 
 def test_head_needs_its_input_and_well_formed_arrays() -> None:
@@ -488,7 +490,8 @@ def _minilm_vectors_verifier(head_weight: float) -> Verifier:
 def test_engine_hands_both_embeddings_to_the_vectors_model(make_engine: Any) -> None:
     """The engine reads an L1 candidate's stored vector for a verifier with a "vectors"
     model (the shipped one has it); without one it never reads it and uses "full"."""
-    eng = make_engine(enable_l2=False, verifier=_minilm_vectors_verifier(40.0))
+    assert not make_engine(enable_l2=False, verifier=_minilm_vectors_verifier(40.0)).verification.wants_vectors
+    eng = make_engine(enable_l2=False, verifier=VerificationPolicy(_minilm_vectors_verifier(40.0), embedding_head=True))
     assert eng.verification.wants_vectors
     eng.update(req("what is the color of the shape?"), "red")
     d = next(iter(req_decisions(eng, "what color is the shape?").values()))
@@ -498,7 +501,7 @@ def test_engine_hands_both_embeddings_to_the_vectors_model(make_engine: Any) -> 
     assert not eng2.verification.wants_vectors
     eng2.update(req("what is the color of the shape?"), "red")
     assert next(iter(req_decisions(eng2, "what color is the shape?").values())).model == "full"
-    eng3 = make_engine(enable_l2=False)  # the shipped verifier
+    eng3 = make_engine(enable_l2=False, verifier_embedding_head=True)  # the shipped verifier, head on
     eng3.update(req("what is the color of the shape?"), "red")
     eng3.update(req("Is there a cat in the picture?"), "yes")
     d = next(iter(req_decisions(eng3, "what color is the shape?").values()))
@@ -516,3 +519,17 @@ def req_decisions(eng: Any, text: str) -> dict[str, Any]:
     r = req(text)
     eng.lookup(r)
     return r._keyed.features["verification"]
+
+
+def test_default_verifier_keeps_common_paraphrases(make_engine: Any) -> None:
+    """The default path (texts + cosine) reuses everyday paraphrases the opt-in
+    embedding head refuses, and still refuses a negation and a changed number."""
+    eng = make_engine(enable_l2=False)
+    eng.update(req("What is the capital of France?"), "Paris")
+    eng.update(req("What is the price of the shape in this picture?"), "$2.50")
+    eng.update(req("Is there a cat in the picture?"), "yes")
+    eng.update(req("What is 15% of 80?"), "12")
+    assert eng.lookup(req("What is the capital city of France?")).payload == "Paris"
+    assert eng.lookup(req("What is the price of the shape in this image?")).payload == "$2.50"
+    assert eng.lookup(req("Is there no cat in the picture?")) is None
+    assert eng.lookup(req("What is 25% of 80?")) is None
