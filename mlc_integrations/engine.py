@@ -420,17 +420,19 @@ class MLCEngine:
                 out[eid] = "corrupt"
         if gone:
             self._delete_ids(gone)
-        with self._access_lock:
-            for eid, v in out.items():
-                if isinstance(v, tuple):
-                    self._access[eid] = now
         return out
+
+    def _touch(self, entry_id: str, now: float) -> None:
+        """Record a hit's last access (LRU), buffered in memory until flush."""
+        with self._access_lock:
+            self._access[entry_id] = now
 
     def _lookup_exact(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
         found = self._fetch_entry(kr.entry_id, now)
         if isinstance(found, str):
             return None
         payload, meta = found
+        self._touch(kr.entry_id, now)
         return Hit(payload=payload, tier="L0.5", entry_id=kr.entry_id, matched_text=meta.get("text"))
 
     # Unfiltered ANN first (cost independent of how many entries other scopes hold),
@@ -487,14 +489,14 @@ class MLCEngine:
             chunk = cands[start:start + size]
             fetched = self._fetch_entries([c.entry_id for c in chunk], now)
             for cand in chunk:
-                hit = self._accept(cand, kr, tier, fetched[cand.entry_id])
+                hit = self._accept(cand, kr, tier, fetched[cand.entry_id], now)
                 if hit is not None:
                     return hit
             start, size = start + size, 16
         return None
 
     def _accept(self, hit_candidate: _Candidate, kr: KeyedRequest, tier: str,
-                found: "tuple[Any, dict[str, Any]] | str") -> Optional[Hit]:
+                found: "tuple[Any, dict[str, Any]] | str", now: float) -> Optional[Hit]:
         if found == "absent":
             # Vector without its response (a crash between writes): drop it.
             self._stats.incr("orphans_removed")
@@ -510,6 +512,7 @@ class MLCEngine:
             if d.verified:
                 scores = dict(scores, verifier=d.probability)
                 thresholds = dict(thresholds, verifier=d.threshold)
+        self._touch(hit_candidate.entry_id, now)
         return Hit(
             payload=payload,
             tier=tier,

@@ -259,3 +259,18 @@ def test_hnsw_search_ef_is_set_on_vector_collections(make_engine) -> None:
     assert make_engine().store.hnsw_search_ef == 100
     with pytest.raises(ValueError):
         make_engine(hnsw_search_ef=0)
+
+
+def test_only_served_hits_refresh_lru_access(make_engine) -> None:
+    """A candidate the verifier refuses was read, not used: its last access (the LRU
+    order) must not move; a served hit's does."""
+    clock = FakeClock()
+    eng = make_engine(enable_l2=False, clock=clock)
+    eng.update(req("Is there a cat in the picture?"), "yes")
+    eid = eng.key(req("Is there a cat in the picture?")).entry_id
+    stored_at = eng._access[eid]
+    clock.now += 100
+    assert eng.lookup(req("Is there no cat in the picture?")) is None  # retrieved, refused
+    assert eng._access[eid] == stored_at
+    assert eng.lookup(req("Is there a cat in the image?")).tier == "L1"
+    assert eng._access[eid] == clock.now
