@@ -459,7 +459,7 @@ class MLCEngine:
 
             def run(where: Any = where, k: int = k) -> Any:
                 # Distances only: Chroma's metadata read costs more than the ANN search
-                # (measured 36.7 vs 5.6 ms for 256 rows), and is needed only above threshold.
+                # (256 rows: 21 vs 2.5 ms, benchmarks/probes.py metadata), needed only above threshold.
                 return self.store.collection(tier, dim=dim, model=model).query(
                     query_embeddings=emb, n_results=k, where=where, include=["distances"],
                 )

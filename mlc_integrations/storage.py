@@ -34,7 +34,8 @@ TIER_COLLECTIONS = {
 _DUMMY_VECTOR = [1.0]
 DEFAULT_TIMEOUT = 5.0  # seconds per Chroma server request (chromadb's own default is no timeout)
 # HNSW beam width of a query. Chroma's default (10) found the true nearest neighbour for
-# 51 % of probes among 100k random 384-d vectors, 100 for 94 % (1.8 -> 3.8 ms per query):
+# 52 % of probes among 100k random 384-d vectors, 100 for 95 % (1.7 -> 3.1 ms per query;
+# benchmarks/probes.py ef):
 # a neighbour the index does not return is a lost hit. Set when a collection is created.
 DEFAULT_SEARCH_EF = 100
 DEFAULT_RETRY_INTERVAL = 1.0  # seconds an unreachable server is not retried: calls fail fast meanwhile

@@ -673,17 +673,14 @@ class Verifier:
         model = self.model_for(have_text, cosine is not None, have_vectors)
         if model is None:
             return float("nan"), ""
-        if model.needs_vectors:
-            sig = signals_from_profiles(_profile_cached(new_text), _profile_cached(stored_text),  # type: ignore[arg-type]
-                                        float(cosine), self.weights)  # type: ignore[arg-type]
-            return float(model.probability(sig, vectors[0], vectors[1])[0]), model.name  # type: ignore[index]
         if have_text:
             sig = signals_from_profiles(_profile_cached(new_text), _profile_cached(stored_text),  # type: ignore[arg-type]
                                         float(cosine) if cosine is not None else 0.0, self.weights)
         else:
             sig = np.zeros(len(SIGNAL_NAMES))
             sig[0] = float(cosine)  # type: ignore[arg-type]
-        return float(model.probability(sig)[0]), model.name
+        u, v = vectors if model.needs_vectors else (None, None)  # type: ignore[misc]
+        return float(model.probability(sig, u, v)[0]), model.name
 
     def probabilities(self, pairs: Sequence[tuple[str, str]], cosines: Sequence[float], model: str = "full",
                       vectors: Optional[tuple[np.ndarray, np.ndarray]] = None) -> np.ndarray:
@@ -778,7 +775,8 @@ def exact_answer_match(fresh: str, stored: str) -> bool:
 # changed colour/shape word on easy-vqa's test split and all 300 changed-number qqp_val
 # questions, and keeps 47 % of the paraphrases ("full" model, the default; 53 % with the
 # opt-in "vectors" model);
-# cross-validated precision 0.881 on qqp_val (0.926 class-balanced; 1.000 on easy-vqa).
+# cross-validated precision 0.855 on qqp_val (0.908 class-balanced; 1.000 on easy-vqa)
+# with "full" (0.881 / 0.926 with "vectors").
 # At 0.90 and above it keeps under 10 % of easy-vqa's same-answer pairs. Reproduce:
 #   python -m mlc_integrations.eval.train_verifier train   (table "Shipped model")
 #   python -m mlc_integrations.eval.train_verifier vqa
@@ -1012,8 +1010,7 @@ class VerificationPolicy:
             new_text = bytes(new_text).decode("utf-8", "replace")
         if cosine is not None and not self.cosine_matches_verifier:
             cosine = None
-        p, model = self.verifier.probability(new_text, stored_text, cosine,
-                                             vectors if (cosine is not None and self.embedding_head) else None)
+        p, model = self.verifier.probability(new_text, stored_text, cosine, vectors if self.embedding_head else None)
         if not model:
             self._warn_once("unverified", "verifier has no model for candidates without stored text and without "
                             "the cosine of its text model; accepting on the raw thresholds")
