@@ -3,6 +3,7 @@
     python -m mlc_integrations.eval.qqp_target audit   # how clean are qqp_val's labels? (seconds)
     python -m mlc_integrations.eval.qqp_target cv      # fine-tuned cross-encoder, 5-fold CV (~40 min, 2 cores)
     python -m mlc_integrations.eval.qqp_target cv --top-layers 4 --epochs 5 --max-folds 1
+    python -m mlc_integrations.eval.qqp_target stack ~/.cache/mlc_integrations/cross-encoder-oof-k2-e3-lr0.0001-f5.npz
     python -m mlc_integrations.eval.qqp_target latency # what a cross-encoder adds per candidate
 
 ``audit`` measures the precision of the pairs whose two questions are the same
@@ -281,6 +282,48 @@ def cmd_audit(args: argparse.Namespace) -> None:
         print(f"- {qqp.a[i]!r} / {qqp.b[i]!r}")
 
 
+def cmd_stack(args: argparse.Namespace) -> None:
+    """Stacking variants over saved out-of-fold cross-encoder scores, several fold seeds."""
+    from sklearn.model_selection import StratifiedKFold
+
+    from .train_verifier import isotonic, pair_features, stacked_out_of_fold
+
+    saved = np.load(args.scores)
+    qqp = _qqp(args)
+    y = qqp.y
+    ce = saved["oof"]
+    if len(ce) != len(y) or np.isnan(ce).any() or (saved["y"] != y).any():
+        raise SystemExit(f"{args.scores}: not a complete 5-fold run on these pairs")
+    emb = EmbeddingCache(None, Path(args.cache_dir))
+    cos = emb.cosines(qqp.a, qqp.b)
+    df, n_docs = WordWeights.fit(sorted(set(qqp.a) | set(qqp.b)))
+    x = signal_matrix(qqp, cos, WordWeights(df, n_docs))
+    feats = list(SIGNAL_NAMES)
+    ones = np.ones(len(y))
+    variants = (("24 signals", x, feats), ("cosine + cross-encoder", np.c_[cos, ce], ["cosine", "cross"]),
+                ("24 signals + cross-encoder", np.c_[x, ce], feats + ["cross"]))
+    print(f"## Stacking over {args.scores}, qqp_val 5-fold CV of the trees, fold seeds {args.seeds}\n")
+    print("| trees on | fold seed | AP natural | R@P=0.95 balanced, raw | isotonic | R@P=0.95 natural |")
+    print("|---|---|---|---|---|---|")
+
+    def row(name: str, seed: Any, raw: np.ndarray) -> None:
+        r = pr_row_full(name, raw, y)
+        cx, cy = isotonic(raw, y, ones)
+        ri = pr_row_full(name, np.interp(raw, cx, cy), y)
+        print(f"| {name} | {seed} | {r['ap']:.3f} | {_rec(r['bal95'])} | {_rec(ri['bal95'])} | {_rec(r['nat95'])} |",
+              flush=True)
+
+    for seed in args.seeds:
+        for name, xx, ff in variants:
+            raw = np.zeros(len(y))
+            for tr, te in StratifiedKFold(n_splits=5, shuffle=True, random_state=seed).split(xx, y):
+                raw[te] = raw_score(fit_raw("gbdt", xx[tr], y[tr], ones[tr], ff), xx[te])
+            row(name, seed, raw)
+    f = pair_features(emb.vectors(qqp.a), emb.vectors(qqp.b))
+    raw, _ = stacked_out_of_fold(np.c_[x, ce], f, y, ones, y.astype(str), feats + ["cross", "embedding_head"])
+    row("24 signals + cross-encoder + embedding head (nested)", SEED, raw)
+
+
 def cmd_latency(args: argparse.Namespace) -> None:
     """What a cross-encoder would add per candidate: one forward of the pair (both orders)."""
     import torch
@@ -320,6 +363,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     c.set_defaults(fn=cmd_cv)
     au = sub.add_parser("audit", help="label precision of the surest duplicate pairs")
     au.set_defaults(fn=cmd_audit)
+    st = sub.add_parser("stack", help="stacking variants over a saved complete cv run")
+    st.add_argument("scores", help="cross-encoder-oof-*.npz written by cv")
+    st.add_argument("--seeds", type=int, nargs="+", default=[SEED, 1, 2, 3])
+    st.set_defaults(fn=cmd_stack)
     la = sub.add_parser("latency", help="time one cross-encoder forward per pair")
     la.add_argument("-n", type=int, default=200)
     la.add_argument("--threads", type=int, default=2)

@@ -13,16 +13,27 @@ pytestmark = pytest.mark.skipif(not (W.shared_data_dir() / "qqp_val.csv").exists
                                 reason="shared data folder absent")
 
 
-def test_cv_smoke_writes_out_of_fold_scores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    qqp_target.main(["--cache-dir", str(tmp_path), "--limit", "120", "cv", "--top-layers", "1",
-                     "--epochs", "1", "--max-folds", "1", "--threads", "1"])
+def test_cv_then_stack_smoke(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    common = ["--cache-dir", str(tmp_path), "--limit", "150"]
+    qqp_target.main(common + ["cv", "--top-layers", "1", "--epochs", "1", "--threads", "1"])
     table = capsys.readouterr().out
-    assert "1 of 5 folds scored (24 pairs)" in table
+    assert "5 of 5 folds scored (150 pairs)" in table
     assert "cross-encoder, top 1 layers, 1 epochs, both orders" in table
-    saved = np.load(next(tmp_path.glob("cross-encoder-oof-k1-e1-*.npz")))
-    scored = ~np.isnan(saved["oof"])
-    assert scored.sum() == 24 and np.isfinite(saved["single"][scored]).all()
+    assert "24 signals + cross-encoder score, trees (stacked)" in table
+    scores = next(tmp_path.glob("cross-encoder-oof-k1-e1-*-f5.npz"))
+    saved = np.load(scores)
+    assert np.isfinite(saved["oof"]).all() and np.isfinite(saved["single"]).all()
     assert set(np.unique(saved["y"])) <= {0, 1}
+    qqp_target.main(common + ["stack", str(scores), "--seeds", "7"])
+    rows = [line for line in capsys.readouterr().out.splitlines() if line.startswith("| 24 signals")]
+    assert len(rows) == 3  # signals, + cross-encoder, + cross-encoder + head
+
+
+def test_stack_refuses_an_incomplete_run(tmp_path: Path) -> None:
+    bad = tmp_path / "partial.npz"
+    np.savez(bad, oof=np.r_[np.full(50, np.nan), np.zeros(50)], single=np.zeros(100), y=np.zeros(100, dtype=int))
+    with pytest.raises(SystemExit, match="not a complete 5-fold run"):
+        qqp_target.main(["--cache-dir", str(tmp_path), "--limit", "100", "stack", str(bad)])
 
 
 def test_audit_counts_slices(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
