@@ -1,7 +1,7 @@
 """Issue 7's QQP target (precision >= 0.95 at recall >= 0.35): two experiments.
 
     python -m mlc_integrations.eval.qqp_target audit   # how clean are qqp_val's labels? (seconds)
-    python -m mlc_integrations.eval.qqp_target cv      # fine-tuned cross-encoder, 5-fold CV (~40 min, 2 cores)
+    python -m mlc_integrations.eval.qqp_target cv      # fine-tuned cross-encoder, 5-fold CV (~30 min, 2 cores)
     python -m mlc_integrations.eval.qqp_target cv --top-layers 4 --epochs 5 --max-folds 1
     python -m mlc_integrations.eval.qqp_target stack ~/.cache/mlc_integrations/cross-encoder-oof-k2-e3-lr0.0001-f5.npz
     python -m mlc_integrations.eval.qqp_target latency # what a cross-encoder adds per candidate
