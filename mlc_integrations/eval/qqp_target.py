@@ -2,18 +2,16 @@
 
     python -m mlc_integrations.eval.qqp_target audit   # how clean are qqp_val's labels? (seconds)
     python -m mlc_integrations.eval.qqp_target cv      # fine-tuned cross-encoder, 5-fold CV (~30 min, 2 cores)
-    python -m mlc_integrations.eval.qqp_target cv --top-layers 4 --epochs 5 --max-folds 1
+    python -m mlc_integrations.eval.qqp_target cv --top-layers 3 --epochs 3
     python -m mlc_integrations.eval.qqp_target stack ~/.cache/mlc_integrations/cross-encoder-oof-k2-e3-lr0.0001-f5.npz
     python -m mlc_integrations.eval.qqp_target latency # what a cross-encoder adds per candidate
 
-``audit`` measures the precision of the pairs whose two questions are the same
-text, or the same words, by qqp_val's own labels: no scorer can be more precise
-than the labels of the pairs it is surest about.
+``audit`` measures, by qqp_val's own labels, the precision of the pairs whose two
+questions are the same text, the same words or nearly the same sentence: the pairs a
+judge of meaning is surest about.
 
 ``cv``: the shipped verifier (``train_verifier``) sees a pair only through 24 hand-made
-signals and the bi-encoder cosine.
-The shipped verifier (``train_verifier``) sees a pair only through 24 hand-made
-A cross-encoder reads both questions at once
+signals and the bi-encoder cosine. A cross-encoder reads both questions at once
 (``[CLS] a [SEP] b [SEP]``) and can attend across them, which is what the literature
 uses for duplicate-question detection. No cross-encoder weights install offline, so
 this fine-tunes the verifier's own text model (all-MiniLM-L6-v2 from the
@@ -30,7 +28,7 @@ this fine-tunes the verifier's own text model (all-MiniLM-L6-v2 from the
   fold: a mild optimistic bias for the stacked row, none for the others.)
 
 Scores are recall at precision 0.95 / 0.98 on the class-balanced basis of the issue
-(raw cosine: 0.08) and natural. Nothing here is used at run time; out-of-fold scores
+(raw cosine: 0.069) and natural. Nothing here is used at run time; out-of-fold scores
 are kept in the evaluation cache (``--cache-dir``) for re-analysis.
 """
 
@@ -38,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import json
 import math
 import time
