@@ -46,13 +46,12 @@ import numpy as np
 
 from ..verify import SIGNAL_NAMES, WordWeights, profile
 from .train_verifier import (
-    DEFAULT_CACHE_DIR,
-    DEFAULT_DATA_DIR,
     SEED,
     EmbeddingCache,
     PairSet,
     _log,
     _rec,
+    eval_parser,
     fit_raw,
     load_qqp,
     pr_row_full,
@@ -189,6 +188,20 @@ def _qqp(args: argparse.Namespace) -> PairSet:
     return PairSet(qqp.a[:n], qqp.b[:n], qqp.y[:n], qqp.w[:n], qqp.source[:n])
 
 
+def _signals(qqp: PairSet, cos: np.ndarray) -> np.ndarray:
+    """The verifier's 24 signals of every pair (word weights fit on these texts, no labels)."""
+    df, n_docs = WordWeights.fit(sorted(set(qqp.a) | set(qqp.b)))
+    return signal_matrix(qqp, cos, WordWeights(df, n_docs))
+
+
+def _trees_oof(x: np.ndarray, y: np.ndarray, features: Sequence[str], folds: Sequence[tuple[Any, Any]]) -> np.ndarray:
+    """Out-of-fold raw scores of the verifier's trees (unweighted rows)."""
+    out = np.zeros(len(y))
+    for tr, te in folds:
+        out[te] = raw_score(fit_raw("gbdt", x[tr], y[tr], np.ones(len(tr)), features), x[te])
+    return out
+
+
 def cmd_cv(args: argparse.Namespace) -> None:
     import torch
     from sklearn.model_selection import StratifiedKFold
@@ -228,15 +241,11 @@ def cmd_cv(args: argparse.Namespace) -> None:
             pr_row_full(f"cross-encoder, top {args.top_layers} layers, {args.epochs} epochs, both orders",
                         oof[done], y[done])]
     if len(folds) == 5:
-        df, n_docs = WordWeights.fit(sorted(set(qqp.a) | set(qqp.b)))
-        x = signal_matrix(qqp, cos, WordWeights(df, n_docs))
+        x = _signals(qqp, cos)
         feats = list(SIGNAL_NAMES)
-        for name, xx, ff in (("24 signals, trees (qqp only)", x, feats),
-                             ("24 signals + cross-encoder score, trees (stacked)", np.c_[x, oof], feats + ["cross"])):
-            s = np.zeros(len(y))
-            for tr, te in folds:
-                s[te] = raw_score(fit_raw("gbdt", xx[tr], y[tr], np.ones(len(tr)), ff), xx[te])
-            rows.append(pr_row_full(name, s, y))
+        rows.append(pr_row_full("24 signals, trees (qqp only)", _trees_oof(x, y, feats, folds), y))
+        rows.append(pr_row_full("24 signals + cross-encoder score, trees (stacked)",
+                                _trees_oof(np.c_[x, oof], y, feats + ["cross"], folds), y))
     print(f"## qqp_val, {len(folds)} of 5 folds scored ({int(done.sum())} pairs), cross-encoder CV\n")
     print("| scorer | AP natural | R@P=0.95 natural | R@P=0.98 natural | R@P=0.95 balanced | R@P=0.98 balanced |")
     print("|---|---|---|---|---|---|")
@@ -293,8 +302,7 @@ def cmd_stack(args: argparse.Namespace) -> None:
         raise SystemExit(f"{args.scores}: not a complete 5-fold run on these pairs")
     emb = EmbeddingCache(None, Path(args.cache_dir))
     cos = emb.cosines(qqp.a, qqp.b)
-    df, n_docs = WordWeights.fit(sorted(set(qqp.a) | set(qqp.b)))
-    x = signal_matrix(qqp, cos, WordWeights(df, n_docs))
+    x = _signals(qqp, cos)
     feats = list(SIGNAL_NAMES)
     ones = np.ones(len(y))
     variants = (("24 signals", x, feats), ("cosine + cross-encoder", np.c_[cos, ce], ["cosine", "cross"]),
@@ -311,11 +319,9 @@ def cmd_stack(args: argparse.Namespace) -> None:
               flush=True)
 
     for seed in args.seeds:
+        folds = list(StratifiedKFold(n_splits=5, shuffle=True, random_state=seed).split(x, y))
         for name, xx, ff in variants:
-            raw = np.zeros(len(y))
-            for tr, te in StratifiedKFold(n_splits=5, shuffle=True, random_state=seed).split(xx, y):
-                raw[te] = raw_score(fit_raw("gbdt", xx[tr], y[tr], ones[tr], ff), xx[te])
-            row(name, seed, raw)
+            row(name, seed, _trees_oof(xx, y, ff, folds))
     f = pair_features(emb.vectors(qqp.a), emb.vectors(qqp.b))
     raw, _ = stacked_out_of_fold(np.c_[x, ce], f, y, ones, y.astype(str), feats + ["cross", "embedding_head"])
     row("24 signals + cross-encoder + embedding head (nested)", SEED, raw)
@@ -340,13 +346,14 @@ def cmd_latency(args: argparse.Namespace) -> None:
         ms = np.asarray(ts[5:]) * 1000  # first calls warm up
         print(f"{name}: median {np.median(ms):.1f} ms, p90 {np.percentile(ms, 90):.1f} ms "
               f"({len(ms)} qqp_val pairs, {args.threads} threads)")
+    shipped = sum(p.numel() for layer in base.model.encoder.layer[-2:] for p in layer.parameters())
+    shipped += base.model.config.hidden_size + 1  # the linear head
+    print(f"what shipping the 2-layer cross-encoder adds beside the base model: {shipped / 1e6:.2f} M parameters, "
+          f"{shipped * 2 / 1e6:.1f} MB in fp16")
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m mlc_integrations.eval.qqp_target", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
-    ap.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="evaluation cache (never in the repo)")
+    ap = eval_parser("qqp_target", __doc__)
     ap.add_argument("--limit", type=int, default=0, help="only the first N pairs of qqp_val (smoke tests)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("cv", help="cross-validate the fine-tuned cross-encoder on qqp_val")

@@ -30,7 +30,7 @@ import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Iterable, Optional, Sequence
 
 import numpy as np
 
@@ -1009,11 +1009,17 @@ def cmd_latency(args: argparse.Namespace) -> None:
 
 
 # ----------------------------------------------------------------------------- main
-def main(argv: Optional[Sequence[str]] = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m mlc_integrations.eval.train_verifier", description=__doc__,
+def eval_parser(module: str, doc: Optional[str]) -> argparse.ArgumentParser:
+    """The command line shared by the verifier's evaluation scripts: data and cache folders."""
+    ap = argparse.ArgumentParser(prog=f"python -m mlc_integrations.eval.{module}", description=doc,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     ap.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="embedding cache (never in the repo)")
+    return ap
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    ap = eval_parser("train_verifier", __doc__)
     ap.add_argument("--text-model", default=None, help="sentence-transformers model (default all-MiniLM-L6-v2)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train", help="retrain the verifier and print PR tables")
