@@ -62,6 +62,17 @@ DEFAULT_L2_PROMPT_THRESHOLD = 0.80
 KEY_VERSION = "mlc1"
 _NO_EXPIRY = 1e18
 _TEXT_META_CHARS = 4096
+_ANSWER_META_CHARS = 8192
+
+
+def answer_of(payload: Any) -> str:
+    """The answer text of an engine-level payload when the caller gave none: a string
+    itself, the ``"text"`` of a ``{"text": ...}`` payload, else its canonical JSON."""
+    if isinstance(payload, str):
+        return payload
+    if isinstance(payload, dict) and isinstance(payload.get("text"), str):
+        return payload["text"]
+    return json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
 
 
 @dataclass
@@ -218,6 +229,11 @@ class MLCEngine:
                 "Point clip_model at a local open_clip checkpoint (or 'mlc-easyvqa-tiny' for the demo domain).",
                 reason,
             )
+
+    @property
+    def storage_mode(self) -> str:
+        """Where entries live: "memory", "persistent" or "server"."""
+        return self.store.mode
 
     @property
     def l2_status(self) -> str:
@@ -532,7 +548,8 @@ class MLCEngine:
                 cand.scores["prompt"] if self.l2_prompt_encoder == "text" else None)
             d = self.verification.decide(  # type: ignore[union-attr]
                 kr.request.text, meta.get("text"), cosine,
-                entry_id=cand.entry_id, request_key=kr.entry_id, stored_payload=payload,
+                entry_id=cand.entry_id, request_key=kr.entry_id,
+                stored_answer=meta["answer"] if isinstance(meta.get("answer"), str) else answer_of(payload),
                 vectors=self._verifier_vectors(cand, kr, tier) if cosine is not None else None)
             d.tier = tier
             seen[cand.entry_id] = d
@@ -610,8 +627,13 @@ class MLCEngine:
         return self.text_embedder.name if self.l2_prompt_encoder == "text" else "clip-text:" + self._clip_name()
 
     # ------------------------------------------------------------------ update
-    def update(self, request: CacheRequest, payload: Any, *, ttl: Optional[float] = None) -> Optional[str]:
+    def update(self, request: CacheRequest, payload: Any, *, ttl: Optional[float] = None,
+               answer: Optional[str] = None) -> Optional[str]:
         """Store ``payload`` (JSON-serializable) as the response to ``request``.
+
+        ``answer`` is the response's text as the user reads it (adapters pass it; by
+        default :func:`answer_of` the payload): the verifier's error-bounded mode
+        compares answers, never framework payload fields.
 
         Returns the entry id, or None when the update failed (fail-open mode).
         Writes the response first and the tier vectors last, so a crash in between
@@ -619,7 +641,7 @@ class MLCEngine:
         """
         t0 = time.perf_counter()
         try:
-            eid = self._update(request, payload, ttl)
+            eid = self._update(request, payload, ttl, answer)
         except Exception as exc:
             self._stats.incr("updates_failed")
             self._fail("update", exc)
@@ -628,11 +650,12 @@ class MLCEngine:
         self._stats.latency("update", (time.perf_counter() - t0) * 1000.0)
         return eid
 
-    async def aupdate(self, request: CacheRequest, payload: Any, *, ttl: Optional[float] = None) -> Optional[str]:
+    async def aupdate(self, request: CacheRequest, payload: Any, *, ttl: Optional[float] = None,
+                      answer: Optional[str] = None) -> Optional[str]:
         """Async :meth:`update`, run in a worker thread."""
-        return await asyncio.to_thread(self.update, request, payload, ttl=ttl)
+        return await asyncio.to_thread(self.update, request, payload, ttl=ttl, answer=answer)
 
-    def _update(self, request: CacheRequest, payload: Any, ttl: Optional[float]) -> str:
+    def _update(self, request: CacheRequest, payload: Any, ttl: Optional[float], answer: Optional[str]) -> str:
         kr = self.key(request)
         try:
             doc = json.dumps(payload, ensure_ascii=False, allow_nan=False)
@@ -659,7 +682,9 @@ class MLCEngine:
         img_vecs = self._image_vecs(kr, clip) if clip is not None else None
         prompt_vec = self._prompt_vec(kr, clip) if clip is not None else None
 
-        exact_meta = dict(base, created_at=now, last_access=now)
+        if answer is None:
+            answer = answer_of(payload)
+        exact_meta = dict(base, created_at=now, last_access=now, answer=str(answer)[:_ANSWER_META_CHARS])
         if self.store_prompts:
             exact_meta["text"] = kr.text[:_TEXT_META_CHARS].encode("utf-8", "replace").decode("utf-8")
         self.store.call("upsert exact", lambda: self.store.collection("exact").upsert(
@@ -680,7 +705,7 @@ class MLCEngine:
         if self.max_entries is not None:
             self._evict_if_needed()
         if self.verification is not None:
-            self.verification.observe(kr.entry_id, payload)  # labels refused/explored candidates
+            self.verification.observe(kr.entry_id, answer)  # labels refused/explored candidates
         return kr.entry_id
 
     # ------------------------------------------------------------------ policy
@@ -734,6 +759,9 @@ class MLCEngine:
         self.store.call("delete l2_image", lambda: self.store.collection("l2_image").delete(where={"entry_id": {"$in": ids}}))
         for tier in ("l2_prompt", "l1", "exact"):
             self.store.call(f"delete {tier}", lambda t=tier: self.store.collection(t).delete(ids=ids))
+        if self.verification is not None:
+            for eid in ids:
+                self.verification.forget_entry(eid)
 
     def delete(self, entry_id: str) -> bool:
         """Delete one entry (all tiers). Returns True when it existed."""
@@ -804,7 +832,7 @@ class MLCEngine:
             snap["errors"]["stats_count"] = snap["errors"].get("stats_count", 0) + 1
             log.debug("stats: count failed: %s", exc)
         snap["config"] = {
-            "storage": self.store.mode,
+            "storage": self.storage_mode,
             "l1_threshold": self.l1_threshold,
             "l2_image_threshold": self.l2_image_threshold,
             "l2_prompt_threshold": self.l2_prompt_threshold,

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Callable, Iterator, Mapping, Optional, Union
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence, Union
 
 from langchain_core.caches import RETURN_VAL_TYPE, BaseCache
 from langchain_core.load import dumpd, load
@@ -104,6 +104,11 @@ class ParsedPrompt:
 
     kind: str
     turns: list[Turn]
+
+
+def _answer(generations: Sequence[Generation]) -> str:
+    """The answer text a user reads from these generations (what the verifier compares)."""
+    return "\n".join(g.text for g in generations)
 
 
 def _load_generations(data: Any) -> Any:
@@ -595,7 +600,7 @@ class MultimodalSemanticCache(BaseCache):
             return
         req, _kind = self._request_or_none(prompt, llm_string, "update")
         if req is not None:
-            self.engine.update(req, payload)
+            self.engine.update(req, payload, answer=_answer(gens))
 
     async def aupdate(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
         gens = list(return_val)
@@ -606,7 +611,7 @@ class MultimodalSemanticCache(BaseCache):
             return
         req, _kind = await asyncio.to_thread(self._request_or_none, prompt, llm_string, "update")
         if req is not None:
-            await self.engine.aupdate(req, payload)
+            await self.engine.aupdate(req, payload, answer=_answer(gens))
 
     def clear(self, **kwargs: Any) -> None:
         """Delete this namespace's entries; ``clear(llm_string=...)`` only that model's."""
@@ -625,4 +630,4 @@ class MultimodalSemanticCache(BaseCache):
             self.engine.close()
 
     def __repr__(self) -> str:
-        return f"MultimodalSemanticCache(namespace={self.namespace!r}, storage={self.engine.store.mode!r})"
+        return f"MultimodalSemanticCache(namespace={self.namespace!r}, storage={self.engine.storage_mode!r})"

@@ -218,6 +218,14 @@ def _message_from_json(data: dict[str, Any]) -> ChatMessage:
     })
 
 
+def _payload_answer(payload: dict[str, Any]) -> str:
+    """The answer text of a stored chat or completion payload (what the verifier compares)."""
+    if payload.get("kind") == "completion":
+        return str(payload.get("text") or "")
+    blocks = (payload.get("message") or {}).get("blocks") or []
+    return "\n".join(str(b.get("text", "")) for b in blocks if isinstance(b, dict) and b.get("block_type") == "text")
+
+
 def _split_deltas(text: str) -> list[str]:
     """Pieces (a word and the whitespace before it) that join back to ``text`` exactly."""
     if not text:
@@ -519,14 +527,14 @@ class CachedMultiModalLLM(LLM):
             return
         payload = self._payload(make)
         if payload is not None:
-            self._engine.update(request, payload)
+            self._engine.update(request, payload, answer=_payload_answer(payload))
 
     async def _astore(self, request: Optional[CacheRequest], make: Callable[[], dict[str, Any]]) -> None:
         if request is None:
             return
         payload = self._payload(make)
         if payload is not None:
-            await self._engine.aupdate(request, payload)
+            await self._engine.aupdate(request, payload, answer=_payload_answer(payload))
 
     # ------------------------------------------------------------------ (de)serialization
     @staticmethod

@@ -716,44 +716,6 @@ _profile_cached = _ProfileCache()
 
 
 # ---------------------------------------------------------------------------- answers
-_ANSWER_KEYS = ("text", "content")
-_SKIP_KEYS = frozenset({"response_metadata", "usage_metadata", "generation_info", "additional_kwargs",
-                        "id", "ids", "tool_calls", "invalid_tool_calls", "raw", "logprobs"})
-
-
-def answer_text(payload: Any) -> str:
-    """The answer text inside a stored response payload, whatever adapter wrote it.
-
-    Strings under ``text``/``content`` keys (LangChain generations, LlamaIndex
-    messages and completions), skipping metadata that differs between two calls
-    giving the same answer (ids, token usage, timing).
-    """
-    found: list[str] = []
-
-    def walk(v: Any, depth: int) -> None:
-        if depth > 32:
-            return
-        if isinstance(v, dict):
-            for k, x in v.items():
-                if k in _SKIP_KEYS:
-                    continue
-                if k in _ANSWER_KEYS and isinstance(x, str):
-                    if x not in found:
-                        found.append(x)
-                else:
-                    walk(x, depth + 1)
-        elif isinstance(v, (list, tuple)):
-            for x in v:
-                walk(x, depth + 1)
-
-    if isinstance(payload, str):
-        return payload
-    walk(payload, 0)
-    if found:
-        return "\n".join(found)
-    return json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
-
-
 def normalize_answer(text: str) -> str:
     """Case, Unicode form, whitespace and surrounding punctuation folded."""
     t = unicodedata.normalize("NFKC", text).casefold()
@@ -1000,11 +962,13 @@ class VerificationPolicy:
         *,
         entry_id: str = "",
         request_key: str = "",
-        stored_payload: Any = None,
+        stored_answer: Optional[str] = None,
         vectors: Optional[tuple[Any, Any]] = None,
     ) -> Decision:
         """Verdict on one candidate (``cosine`` None when it is not the verifier's text
-        model's; ``vectors`` the (new, stored) embeddings behind that cosine, if known)."""
+        model's; ``vectors`` the (new, stored) embeddings behind that cosine, if known;
+        ``stored_answer`` the candidate's answer text, which error-bounded mode compares
+        with the fresh answer the application stores next)."""
         t0 = time.perf_counter()
         if isinstance(new_text, (bytes, bytearray)):
             new_text = bytes(new_text).decode("utf-8", "replace")
@@ -1024,7 +988,7 @@ class VerificationPolicy:
         with self._lock:
             self._counts["candidates"] += 1
             if self.error_bounded:
-                d = self._decide_bounded(p, model, entry_id, request_key, stored_payload)
+                d = self._decide_bounded(p, model, entry_id, request_key, stored_answer)
             else:
                 thr = self.static_threshold(model)
                 d = Decision(p >= thr, p, thr, "accepted" if p >= thr else "refused", model)
@@ -1047,7 +1011,8 @@ class VerificationPolicy:
         e = (rec.wrong + m * e_band + self.z ** 2 / 2) / n
         return est, est + self.z * math.sqrt(e * (1 - e) / n)
 
-    def _decide_bounded(self, p: float, model: str, entry_id: str, request_key: str, stored_payload: Any) -> Decision:
+    def _decide_bounded(self, p: float, model: str, entry_id: str, request_key: str,
+                        stored_answer: Optional[str]) -> Decision:
         assert self.max_false_hit_rate is not None
         delta = self.max_false_hit_rate
         bi = self._band_of(p)
@@ -1061,24 +1026,25 @@ class VerificationPolicy:
         if bi < self._accept_from:
             # The band is not accepted; a neighbourhood whose own labels prove it <= δ is.
             if entry is None or entry[1] > delta:
-                self._add_pending(request_key, entry_id, bi, stored_payload, explored=False)
+                self._add_pending(request_key, entry_id, bi, stored_answer, explored=False)
                 return Decision(False, p, thr, "refused", model, bi)
             self._counts["accepted_by_entry"] += 1
             proven = False  # keep checking it
         elif entry is not None and entry[0] > max(delta, self._band_error(band)):
             # The band is accepted, but this entry's neighbours were often served wrongly.
             self._counts["refused_by_entry"] += 1
-            self._add_pending(request_key, entry_id, bi, stored_payload, explored=False)
+            self._add_pending(request_key, entry_id, bi, stored_answer, explored=False)
             return Decision(False, p, thr, "refused", model, bi)
         if not proven and self._rng.random() < self.explore_rate:
             band.explored += 1
-            self._add_pending(request_key, entry_id, bi, stored_payload, explored=True)
+            self._add_pending(request_key, entry_id, bi, stored_answer, explored=True)
             return Decision(False, p, thr, "explored", model, bi)
         band.hits += 1
         return Decision(True, p, thr, "accepted", model, bi)
 
-    def _add_pending(self, request_key: str, entry_id: str, band: int, stored_payload: Any, explored: bool) -> None:
-        if not request_key or stored_payload is None:
+    def _add_pending(self, request_key: str, entry_id: str, band: int, stored_answer: Optional[str],
+                     explored: bool) -> None:
+        if not request_key or stored_answer is None:
             return
         slot = self._pending.get(request_key)
         if slot is None:
@@ -1086,27 +1052,23 @@ class VerificationPolicy:
         else:
             self._pending.move_to_end(request_key)
         if entry_id not in slot and len(slot) < 4:
-            slot[entry_id] = _PendingLabel(entry_id, band, answer_text(stored_payload)[:8192], explored)
+            slot[entry_id] = _PendingLabel(entry_id, band, str(stored_answer)[:8192], explored)
         while len(self._pending) > self.max_pending:
             self._pending.popitem(last=False)
             self._counts["pending_expired"] += 1
 
     # ------------------------------------------------------------- labels
-    def observe(self, request_key: str, fresh_payload: Any) -> list[bool]:
-        """The application stored a fresh response for ``request_key``: label the
+    def observe(self, request_key: str, fresh_answer: Optional[str]) -> list[bool]:
+        """The application stored a fresh answer (its text) for ``request_key``: label the
         candidates this request was refused or explored with. Returns the labels
         (True = reusing the candidate would have been right)."""
         if not self.error_bounded:
             return []
         with self._lock:
             slot = self._pending.pop(request_key, None)
-        if not slot:
+        if not slot or fresh_answer is None:
             return []
-        try:
-            fresh = answer_text(fresh_payload)
-        except Exception as exc:  # labelling never breaks update()
-            log.warning("cannot read the fresh answer for labelling: %s", exc)
-            return []
+        fresh = str(fresh_answer)
         now = time.monotonic()
         labels = []
         for pend in slot.values():

@@ -890,9 +890,9 @@ def simulate_stream(verifier: Verifier, pairs: Sequence[tuple[str, str]], cos: n
     w_hits = w_wrong = 0
     for step, i in enumerate(order, start=1):
         a, b = pairs[i]
-        stored = {"text": f"answer-{i}"}
+        stored = f"answer-{i}"
         # The cached entry is the stored question: its neighbourhood recurs in the stream.
-        d = pol.decide(a, b, float(cos[i]), entry_id=b, request_key=f"r{step}", stored_payload=stored)
+        d = pol.decide(a, b, float(cos[i]), entry_id=b, request_key=f"r{step}", stored_answer=stored)
         if d.accept:
             hits += 1
             w_hits += 1
@@ -900,7 +900,7 @@ def simulate_stream(verifier: Verifier, pairs: Sequence[tuple[str, str]], cos: n
                 wrong += 1
                 w_wrong += 1
         else:
-            fresh = stored if labels[i] else {"text": f"other-{i}"}
+            fresh = stored if labels[i] else f"other-{i}"
             pol.observe(f"r{step}", fresh)
         if step % window == 0:
             st = pol.stats()
@@ -980,7 +980,7 @@ def cmd_latency(args: argparse.Namespace) -> None:
     times = []
     for a, b, uv in zip(qqp.a[:n], qqp.b[:n], vecs):  # distinct texts: no profile-cache help
         t0 = time.perf_counter()
-        d = pol.decide(a, b, 0.9, entry_id="e", request_key="r", stored_payload="x", vectors=uv)
+        d = pol.decide(a, b, 0.9, entry_id="e", request_key="r", stored_answer="x", vectors=uv)
         times.append((time.perf_counter() - t0) * 1000.0)
         models[d.model] += 1
     t = np.asarray(times)

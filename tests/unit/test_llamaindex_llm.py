@@ -396,7 +396,7 @@ def test_persistent_cache_survives_a_new_wrapper(tmp_path, inner, text_embedder)
 def test_constructor_engine_options(inner, text_embedder) -> None:
     llm = CachedMultiModalLLM(llm=inner, l1_threshold=0.9, clip_model=None, strict=True)
     assert llm.engine.l1_threshold == 0.9 and llm.engine.strict and llm.strict
-    assert llm.engine.store.mode == "ephemeral"  # in memory unless persist_directory is given
+    assert llm.engine.storage_mode == "ephemeral"  # in memory unless persist_directory is given
     with pytest.raises(ValueError):
         CachedMultiModalLLM(llm=inner, engine=llm.engine, l1_threshold=0.5)
     with pytest.raises(TypeError):

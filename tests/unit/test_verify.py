@@ -18,7 +18,6 @@ from mlc_integrations.verify import (
     Verifier,
     VerifierFormatError,
     WordWeights,
-    answer_text,
     exact_answer_match,
     extract_signals,
     make_policy,
@@ -298,15 +297,7 @@ def test_stacked_out_of_fold_learns_from_the_head() -> None:
 
 
 # ----------------------------------------------------------------------------- answers
-def test_answer_text_reads_adapters_payloads_and_ignores_metadata() -> None:
-    lc1 = {"format": "x", "generations": [{"lc": 1, "kwargs": {"text": "Paris", "message": {
-        "kwargs": {"content": "Paris", "id": "run-1", "response_metadata": {"tokens": 5}}}}}]}
-    lc2 = {"format": "x", "generations": [{"lc": 1, "kwargs": {"text": "Paris", "message": {
-        "kwargs": {"content": "Paris", "id": "run-2", "response_metadata": {"tokens": 9}}}}}]}
-    assert answer_text(lc1) == answer_text(lc2) == "Paris"
-    li = {"kind": "chat", "message": {"role": "assistant", "blocks": [{"block_type": "text", "text": "Yes."}]}}
-    assert answer_text(li) == "Yes."
-    assert answer_text("plain") == "plain"
+def test_exact_answer_match_folds_case_space_and_punctuation_only() -> None:
     assert exact_answer_match("  Yes. ", "yes") and not exact_answer_match("yes", "no")
 
 
@@ -331,13 +322,13 @@ def test_error_bounded_explore_label_update_loop() -> None:
     start = pol.threshold
     assert start > 0.95  # weak prior: cautious at first
     # A candidate below the threshold is refused, then labelled for free by the update.
-    d = pol.decide("q", "stored", 0.93, entry_id="e1", request_key="r1", stored_payload={"text": "42"})
+    d = pol.decide("q", "stored", 0.93, entry_id="e1", request_key="r1", stored_answer="42")
     assert d.outcome == "refused"
-    assert pol.observe("r1", {"text": "42"}) == [True]
-    assert pol.observe("r1", {"text": "42"}) == []  # consumed once
+    assert pol.observe("r1", "42") == [True]
+    assert pol.observe("r1", "42") == []  # consumed once
     # Many right labels in a band lower the threshold (the hit rate grows).
     for i in range(300):
-        d = pol.decide("q", "s", 0.93, entry_id=f"e{i}", request_key=f"k{i}", stored_payload="A")
+        d = pol.decide("q", "s", 0.93, entry_id=f"e{i}", request_key=f"k{i}", stored_answer="A")
         if not d.accept:
             pol.observe(f"k{i}", "A")
     assert pol.threshold < start
@@ -346,27 +337,27 @@ def test_error_bounded_explore_label_update_loop() -> None:
     assert st["false_hit_rate"]["labels"] > 0 and st["false_hit_rate"]["upper_bound"] <= 0.05
     # Per entry: wrong labels make that entry refused although its band is accepted.
     p_ok = 0.93
-    d = pol.decide("q", "s", p_ok, entry_id="bad", request_key="x0", stored_payload="A")
+    d = pol.decide("q", "s", p_ok, entry_id="bad", request_key="x0", stored_answer="A")
     band = pol._band_of(pol.verifier.probability("q", "s", p_ok)[0])
     for i in range(500):
         pol.record_label(f"ok{i}", band, right=True)
     pol.record_label("bad", band, right=False)
     assert pol.threshold < start  # one wrong label does not close the band...
-    d = pol.decide("q", "s", p_ok, entry_id="bad", request_key="x1", stored_payload="A")
+    d = pol.decide("q", "s", p_ok, entry_id="bad", request_key="x1", stored_answer="A")
     assert not d.accept and pol.stats()["refused_by_entry"] == 1  # ...but closes that entry
-    assert pol.decide("q", "s", p_ok, entry_id="good", request_key="x2", stored_payload="A").outcome != "refused"
+    assert pol.decide("q", "s", p_ok, entry_id="good", request_key="x2", stored_answer="A").outcome != "refused"
 
 
 def test_error_bounded_explores_would_be_hits_in_unproven_band() -> None:
     pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.1, explore_rate=1.0,
                              prior_strength=5.0, seed=0)
     for i in range(400):  # p ~ 0.98: refused at first, labelled right, then accepted
-        d = pol.decide("q", "s", 1.0, entry_id=f"t{i}", request_key=f"t{i}", stored_payload="A")
+        d = pol.decide("q", "s", 1.0, entry_id=f"t{i}", request_key=f"t{i}", stored_answer="A")
         if not d.accept:
             pol.observe(f"t{i}", "A")
-    assert pol.decide("q", "s", 1.0, entry_id="x", request_key="x", stored_payload="A").accept
+    assert pol.decide("q", "s", 1.0, entry_id="x", request_key="x", stored_answer="A").accept
     # p ~ 0.88: accepted because the traffic-weighted bound holds, not proven on its own
-    outcomes = {pol.decide("q", "s", 0.95, entry_id=f"m{i}", request_key=f"m{i}", stored_payload="A").outcome
+    outcomes = {pol.decide("q", "s", 0.95, entry_id=f"m{i}", request_key=f"m{i}", stored_answer="A").outcome
                 for i in range(3)}
     assert "explored" in outcomes
     st = pol.stats()
@@ -380,22 +371,22 @@ def test_error_bounded_entry_with_proven_neighbourhood_is_accepted_below_thresho
                              prior_strength=5.0, seed=0)
     low_band = pol._band_of(pol.verifier.probability("q", "s", 0.80)[0])  # p ~ 0.02
     assert low_band < pol._accept_from
-    assert not pol.decide("q", "s", 0.80, entry_id="faq", request_key="r0", stored_payload="A").accept
+    assert not pol.decide("q", "s", 0.80, entry_id="faq", request_key="r0", stored_answer="A").accept
     for i in range(200):
         pol.record_label("faq", low_band, right=True)  # this entry's neighbours: always right
         if i % 2:
             pol.record_label(f"other{i}", low_band, right=False)  # the band as a whole: often wrong
     assert low_band < pol._accept_from
-    d = pol.decide("q", "s", 0.80, entry_id="faq", request_key="r1", stored_payload="A")
+    d = pol.decide("q", "s", 0.80, entry_id="faq", request_key="r1", stored_answer="A")
     assert d.accept and pol.stats()["accepted_by_entry"] == 1
-    assert not pol.decide("q", "s", 0.80, entry_id="other", request_key="r2", stored_payload="A").accept
+    assert not pol.decide("q", "s", 0.80, entry_id="other", request_key="r2", stored_answer="A").accept
 
 
 def test_error_bounded_wrong_labels_raise_threshold() -> None:
     pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.05, explore_rate=0.0,
                              prior_strength=5.0, seed=0)
     for i in range(300):
-        pol.decide("q", "s", 0.93, entry_id=f"e{i}", request_key=f"k{i}", stored_payload="A")
+        pol.decide("q", "s", 0.93, entry_id=f"e{i}", request_key=f"k{i}", stored_answer="A")
         pol.observe(f"k{i}", "A")
     low = pol.threshold
     for i in range(300):
@@ -449,7 +440,7 @@ def test_engine_error_bounded_explores_and_learns_from_update(make_engine: Any) 
     pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.1, explore_rate=1.0,
                              prior_strength=5.0, seed=0)
     for i in range(400):  # a well-proven band at p ~ 0.98 makes the aggregate bound hold
-        if not pol.decide("q", "s", 1.0, entry_id=f"t{i}", request_key=f"t{i}", stored_payload="A").accept:
+        if not pol.decide("q", "s", 1.0, entry_id=f"t{i}", request_key=f"t{i}", stored_answer="A").accept:
             pol.observe(f"t{i}", "A")
     pol.reset_stats()
     eng = make_engine(enable_l2=False, verifier=pol)
