@@ -40,7 +40,7 @@ from _common import Picture, langchain_chat_model, langchain_image_block, pictur
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from mlc_integrations import MultimodalSemanticCache
-from mlc_integrations.request import normalize_text
+from mlc_integrations.keys import normalize_text
 
 SYSTEM = "You answer questions about the user's picture in one word."
 FRENCH_AGAIN = "Answer again in one word, but in French."

@@ -52,7 +52,7 @@ from PIL import Image
 
 from mlc_integrations import MultimodalSemanticCache
 from mlc_integrations.images import pixel_digest
-from mlc_integrations.request import normalize_text
+from mlc_integrations.keys import normalize_text
 
 QUESTION = "Describe the shape in the picture."
 DEFAULT_PLOT = Path(__file__).resolve().parent / "output" / "04_camera_stream.png"

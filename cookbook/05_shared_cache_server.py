@@ -46,7 +46,7 @@ from _common import langchain_chat_model, langchain_image_block, picture, tier_o
 from langchain_core.messages import HumanMessage
 
 from mlc_integrations import MultimodalSemanticCache
-from mlc_integrations.request import normalize_text
+from mlc_integrations.keys import normalize_text
 from mlc_integrations.server import ChromaServer
 
 RESULT_PREFIX = "RESULT-JSON: "

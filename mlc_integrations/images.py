@@ -202,20 +202,22 @@ def image_digest(value: Any, *, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, max_
     return decode_image(value, max_pixels=max_pixels, max_bytes=max_bytes).digest
 
 
+def _pixels_held(img: DecodedImage) -> int:
+    return img.pil.width * img.pil.height if img.pil is not None else 0
+
+
 class DecodeMemo:
     """Remembers decoded images by a hash of their encoded form (bytes, data URL,
     base64 text), so a picture re-sent in every turn of a conversation is decoded once.
     Bounded by total pixels held. Paths are never memoized (the file may change)."""
 
-    def __init__(self, max_pixels: int = 64_000_000, min_len: int = 32) -> None:
-        import threading
-        from collections import OrderedDict
+    def __init__(self, max_pixels: int = 64_000_000, min_len: int = 32, max_items: int = 4096) -> None:
+        from ._lru import LRU
 
         self.max_pixels = max_pixels
         self.min_len = min_len
-        self._d: "OrderedDict[bytes, DecodedImage]" = OrderedDict()
-        self._pixels = 0
-        self._lock = threading.Lock()
+        self._d: "LRU[bytes, DecodedImage]" = LRU(max_items, max_weight=max_pixels, weigh=_pixels_held,
+                                                 max_item_weight=max_pixels // 4)
 
     def key(self, value: Any) -> "bytes | None":
         if isinstance(value, (bytes, bytearray, memoryview)):
@@ -230,21 +232,8 @@ class DecodeMemo:
         return hashlib.blake2b(raw, digest_size=20).digest()
 
     def get(self, key: bytes) -> "DecodedImage | None":
-        with self._lock:
-            v = self._d.get(key)
-            if v is not None:
-                self._d.move_to_end(key)
-            return v
+        return self._d.get(key)
 
     def put(self, key: bytes, img: DecodedImage) -> None:
-        px = img.pil.width * img.pil.height if img.pil is not None else 0
-        if px > self.max_pixels // 4:
-            return
-        with self._lock:
-            if key in self._d:
-                return
-            self._d[key] = img
-            self._pixels += px
-            while self._pixels > self.max_pixels and self._d:
-                _, old = self._d.popitem(last=False)
-                self._pixels -= old.pil.width * old.pil.height if old.pil is not None else 0
+        if key not in self._d:  # the first decode of a picture stays (same pixels either way)
+            self._d.put(key, img)

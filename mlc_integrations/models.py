@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Hashable, Optional, Sequence
 
 import numpy as np
 
+from ._lru import LRU
 from .errors import ModelUnavailableError
 
 log = logging.getLogger(__name__)
@@ -55,27 +55,6 @@ def _shared(key: Hashable, factory: Callable[[], Any]) -> Any:
         return obj
 
 
-class _LRU:
-    def __init__(self, maxsize: int) -> None:
-        self.maxsize = maxsize
-        self._d: OrderedDict[Hashable, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: Hashable) -> Optional[np.ndarray]:
-        with self._lock:
-            v = self._d.get(key)
-            if v is not None:
-                self._d.move_to_end(key)
-            return v
-
-    def put(self, key: Hashable, value: np.ndarray) -> None:
-        with self._lock:
-            self._d[key] = value
-            self._d.move_to_end(key)
-            while len(self._d) > self.maxsize:
-                self._d.popitem(last=False)
-
-
 def _l2norm(x: np.ndarray) -> np.ndarray:
     n = np.linalg.norm(x, axis=-1, keepdims=True)
     n[n == 0] = 1.0
@@ -104,7 +83,7 @@ class TextEmbedder:
         self._model: Any = None
         self._load_lock = threading.Lock()
         self._infer_lock = threading.Lock()
-        self._memo = _LRU(8192)
+        self._memo = LRU(8192)
 
     @classmethod
     def shared(cls, model_name_or_path: Optional[str] = None, device: str = "cpu") -> "TextEmbedder":
@@ -264,8 +243,8 @@ class ClipEmbedder:
         self._loaded: Optional[tuple[Any, Any, Any]] = None
         self._load_lock = threading.Lock()
         self._infer_lock = threading.Lock()
-        self._image_memo = _LRU(16384)
-        self._text_memo = _LRU(8192)
+        self._image_memo = LRU(16384)
+        self._text_memo = LRU(8192)
 
     @classmethod
     def shared(cls, spec: ClipSpec) -> "ClipEmbedder":

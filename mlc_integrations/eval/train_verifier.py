@@ -999,7 +999,7 @@ def cmd_latency(args: argparse.Namespace) -> None:
             reads = []
             for eid in ids:
                 t0 = time.perf_counter()
-                eng._get_vectors("l1", [str(eid)])
+                eng.entries.vectors("l1", [str(eid)])
                 reads.append((time.perf_counter() - t0) * 1000.0)
         finally:
             eng.close()

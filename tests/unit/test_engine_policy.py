@@ -268,9 +268,9 @@ def test_only_served_hits_refresh_lru_access(make_engine) -> None:
     eng = make_engine(enable_l2=False, clock=clock)
     eng.update(req("Is there a cat in the picture?"), "yes")
     eid = eng.key(req("Is there a cat in the picture?")).entry_id
-    stored_at = eng._access[eid]
+    stored_at = eng.eviction.access[eid]
     clock.now += 100
     assert eng.lookup(req("Is there no cat in the picture?")) is None  # retrieved, refused
-    assert eng._access[eid] == stored_at
+    assert eng.eviction.access[eid] == stored_at
     assert eng.lookup(req("Is there a cat in the image?")).tier == "L1"
-    assert eng._access[eid] == clock.now
+    assert eng.eviction.access[eid] == clock.now

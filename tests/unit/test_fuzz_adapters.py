@@ -38,7 +38,7 @@ from PIL import Image
 
 from mlc_integrations import MLCEngine
 from mlc_integrations.images import decode_image
-from mlc_integrations.request import normalize_text
+from mlc_integrations.keys import normalize_text
 from tests.helpers import jpeg_bytes, pattern, png_bytes
 from tests.unit.test_fuzz_engine import bomb_png
 

@@ -36,7 +36,7 @@ from PIL import Image
 
 from mlc_integrations import CacheRequest, ImageRef, MLCEngine, MLCError
 from mlc_integrations.images import decode_image
-from mlc_integrations.request import normalize_text
+from mlc_integrations.keys import normalize_text
 from tests.helpers import jpeg_bytes, pattern, png_bytes
 
 CI_EXAMPLES = 150

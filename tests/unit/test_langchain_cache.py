@@ -654,7 +654,7 @@ async def test_async_methods_are_native(cache: MultimodalSemanticCache) -> None:
 
 
 def test_images_resent_each_turn_are_decoded_once(cache: MultimodalSemanticCache, monkeypatch: pytest.MonkeyPatch) -> None:
-    import mlc_integrations.engine as adapter  # the engine's memo serves the adapter
+    import mlc_integrations.keys as adapter  # the engine's keyer memo serves the adapter
 
     decoded: list[str] = []
     real = adapter.decode_image

@@ -1,0 +1,216 @@
+"""The three tiers: how each finds a candidate and decides whether to reuse it.
+
+* :class:`ExactTier` (L0.5): the entry stored under the request's exact key.
+* :class:`TextSemanticTier` (L1): same exact keys but the text; the sentence-model cosine
+  retrieves candidates, the verifier decides.
+* :class:`MultimodalTier` (L2): same scope and context; every image's similarity *and*
+  the prompt's similarity must each pass their own threshold, then the verifier decides.
+
+Candidates are examined best first; the first live one the verifier accepts is the hit.
+Only a served hit refreshes an entry's LRU access.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+import numpy as np
+
+from .encoders import TierEncoders
+from .entries import EntryStore, Missing, StoredEntry, image_row_id
+from .eviction import AccessLog
+from .keys import KeyedRequest
+from .request import Hit
+from .stats import EngineStats
+from .verify import Decision, VerificationPolicy
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Candidate:
+    entry_id: str
+    scores: dict[str, float]
+    thresholds: dict[str, float]
+
+    @property
+    def margin(self) -> float:
+        return min(self.scores[k] - self.thresholds[k] for k in self.thresholds)
+
+
+class ExactTier:
+    name = "L0.5"
+
+    def __init__(self, entries: EntryStore, access: AccessLog) -> None:
+        self.entries = entries
+        self.access = access
+
+    def lookup(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
+        found = self.entries.fetch([kr.entry_id], now)[kr.entry_id]
+        if isinstance(found, str):
+            return None
+        self.access.touch(kr.entry_id, now)
+        return Hit(payload=found.payload, tier=self.name, entry_id=kr.entry_id, matched_text=found.text)
+
+
+class _SemanticTier:
+    """Candidate acceptance shared by L1 and L2: live entry, verifier's verdict, LRU touch."""
+
+    name = ""
+
+    def __init__(self, entries: EntryStore, access: AccessLog, stats: EngineStats, encoders: TierEncoders,
+                 verification: Optional[VerificationPolicy]) -> None:
+        self.entries = entries
+        self.access = access
+        self.stats = stats
+        self.encoders = encoders
+        self.verification = verification
+
+    def _accept_best(self, cands: Sequence[Candidate], kr: KeyedRequest, now: float) -> Optional[Hit]:
+        """The first candidate (best first) whose entry is live and passes verification.
+        The best one is fetched alone (usually the hit), the rest 16 per storage call."""
+        start, size = 0, 1
+        while start < len(cands):
+            chunk = cands[start:start + size]
+            fetched = self.entries.fetch([c.entry_id for c in chunk], now)
+            for cand in chunk:
+                hit = self._accept(cand, kr, fetched[cand.entry_id], now)
+                if hit is not None:
+                    return hit
+            start, size = start + size, 16
+        return None
+
+    def _accept(self, cand: Candidate, kr: KeyedRequest, found: Union[StoredEntry, Missing],
+                now: float) -> Optional[Hit]:
+        if found == "absent":
+            # Vector without its response (a crash between writes): drop it.
+            self.stats.incr("orphans_removed")
+            self.entries.delete([cand.entry_id])
+        if isinstance(found, str):
+            return None
+        scores, thresholds = cand.scores, cand.thresholds
+        if self.verification is not None:
+            d = self._verify(cand, kr, found)
+            if not d.accept:
+                return None
+            if d.verified:
+                scores = dict(scores, verifier=d.probability)
+                thresholds = dict(thresholds, verifier=d.threshold)
+        self.access.touch(cand.entry_id, now)
+        return Hit(payload=found.payload, tier=self.name, entry_id=cand.entry_id, scores=scores,
+                   thresholds=thresholds, matched_text=found.text)
+
+    def _cosine(self, cand: Candidate) -> Optional[float]:
+        """The candidate's similarity when it is the verifier's signal (the sentence model's cosine)."""
+        raise NotImplementedError
+
+    def _stored_vector_tier(self) -> str:
+        raise NotImplementedError
+
+    def _verify(self, cand: Candidate, kr: KeyedRequest, found: StoredEntry) -> Decision:
+        """The verifier's verdict on a candidate, asked once per entry and lookup."""
+        assert self.verification is not None
+        seen: dict[str, Decision] = kr.features.setdefault("verification", {})
+        d = seen.get(cand.entry_id)
+        if d is None:
+            cosine = self._cosine(cand)
+            d = self.verification.decide(
+                kr.request.text, found.text, cosine, entry_id=cand.entry_id, request_key=kr.entry_id,
+                stored_answer=found.answer,
+                vectors=self._verifier_vectors(cand, kr) if cosine is not None else None)
+            d.tier = self.name
+            seen[cand.entry_id] = d
+        return d
+
+    def _verifier_vectors(self, cand: Candidate, kr: KeyedRequest) -> Optional[tuple[np.ndarray, np.ndarray]]:
+        """(new, stored) text-model vectors behind the candidate's cosine, for the verifier's
+        embedding head (its "vectors" model); None when it has none or the read fails
+        (the verifier then judges on texts and cosine only). Not for a caller-supplied
+        ``text_embedding``: the head was trained on the verifier's own text model."""
+        assert self.verification is not None
+        if not self.verification.wants_vectors or kr.request.text_embedding is not None:
+            return None
+        try:
+            stored = self.entries.vectors(self._stored_vector_tier(), [cand.entry_id]).get(cand.entry_id)
+        except Exception as exc:  # a failed read only costs the head
+            log.debug("stored vector of %s unavailable for the verifier: %s", cand.entry_id[:12], exc)
+            return None
+        return None if stored is None else (self.encoders.text_vec(kr), stored)
+
+
+class TextSemanticTier(_SemanticTier):
+    name = "L1"
+
+    def __init__(self, *args: object, threshold: float, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.threshold = threshold
+
+    def _cosine(self, cand: Candidate) -> Optional[float]:
+        return cand.scores["text"]
+
+    def _stored_vector_tier(self) -> str:
+        return "l1"
+
+    def lookup(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
+        vec = self.encoders.text_vec(kr)
+        found, _complete = self.entries.neighbours("l1", vec, kr.partitions()["l1"], self.threshold,
+                                                   self.encoders.text_model)
+        cands = [Candidate(eid, {"text": sim}, {"text": self.threshold}) for eid, sim, _meta in found]
+        return self._accept_best(cands, kr, now)
+
+
+class MultimodalTier(_SemanticTier):
+    name = "L2"
+
+    def __init__(self, *args: object, image_threshold: float, prompt_threshold: float, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.image_threshold = image_threshold
+        self.prompt_threshold = prompt_threshold
+
+    def _cosine(self, cand: Candidate) -> Optional[float]:
+        return cand.scores["prompt"] if self.encoders.prompt_is_text_model else None
+
+    def _stored_vector_tier(self) -> str:
+        return "l2_prompt"
+
+    def lookup(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
+        clip = self.encoders.clip_embedder
+        if clip is None:
+            return None
+        img_vecs = self.encoders.image_vecs(kr, clip)
+        prompt_vec = self.encoders.prompt_vec(kr, clip)
+        n = len(kr.images)
+        parts = kr.partitions()
+        # A valid candidate passes every image threshold, so the complete set of entries
+        # over the threshold for image 0 holds them all. When that set is too large (one
+        # picture asked about many times), the prompt side bounds it.
+        found, complete = self.entries.neighbours("l2_image", img_vecs[0], parts["l2_image"][0],
+                                                  self.image_threshold, self.encoders.image_model)
+        cand_ids = {str(m.get("entry_id")) for _i, _s, m in found}
+        if not complete:
+            p_found, p_complete = self.entries.neighbours("l2_prompt", prompt_vec, parts["l2_prompt"],
+                                                          self.prompt_threshold, self.encoders.prompt_model)
+            p_ids = {eid for eid, _s, _m in p_found}
+            cand_ids = p_ids if p_complete else cand_ids | p_ids
+        if not cand_ids:
+            return None
+        ids = sorted(cand_ids)
+        prompt_vecs = self.entries.vectors("l2_prompt", ids)
+        image_vecs = self.entries.vectors("l2_image", [image_row_id(e, i) for e in ids for i in range(n)])
+        cands: list[Candidate] = []
+        for eid in ids:
+            pv = prompt_vecs.get(eid)
+            ivs = [image_vecs.get(image_row_id(eid, i)) for i in range(n)]
+            if pv is None or any(v is None for v in ivs):
+                continue
+            img_sim = min(float(np.dot(img_vecs[i], ivs[i])) for i in range(n))  # type: ignore[arg-type]
+            p_sim = float(np.dot(prompt_vec, pv))
+            if img_sim >= self.image_threshold and p_sim >= self.prompt_threshold:
+                cands.append(Candidate(
+                    eid,
+                    {"image": min(1.0, img_sim), "prompt": min(1.0, p_sim)},
+                    {"image": self.image_threshold, "prompt": self.prompt_threshold},
+                ))
+        return self._accept_best(sorted(cands, key=lambda c: -c.margin), kr, now)

@@ -1,0 +1,60 @@
+"""Keying is owned by each engine: its limits, its memo; and the shared bounded LRU."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from mlc_integrations import CacheRequest, MLCEngine
+from mlc_integrations._lru import LRU
+from mlc_integrations.keys import Keyer, scope_digest
+
+
+def keyer(**kw: int) -> Keyer:
+    kw.setdefault("max_image_pixels", 10_000_000)
+    kw.setdefault("max_image_bytes", 10_000_000)
+    kw.setdefault("max_prompt_chars", 8192)
+    return Keyer(**kw)
+
+
+def test_second_engine_with_other_limits_keys_the_same_request_under_its_own() -> None:
+    r = CacheRequest(text="x" * 100, scope="m")
+    long_ok, short_only = keyer(max_prompt_chars=1000), keyer(max_prompt_chars=10)
+    assert long_ok.key(r).embeddable
+    assert not short_only.key(r).embeddable  # not the first keyer's memoized verdict
+    assert long_ok.key(r) is long_ok.key(r)  # memoized per request object
+    assert long_ok.key(r).entry_id == short_only.key(r).entry_id  # the exact key does not depend on limits
+
+
+def test_memo_never_serves_a_collected_request_s_keys_to_another() -> None:
+    k = keyer()
+    for i in range(200):  # ids of collected objects are recycled
+        r = CacheRequest(text=f"question {i}", scope="m")
+        assert k.key(r).request is r
+        del r
+        gc.collect()
+
+
+def test_scope_and_namespace_share_one_digest_rule() -> None:
+    eng = MLCEngine(enable_l2=False, verifier="off", l1_threshold=0.95, enable_l1=False)
+    kr = eng.key(CacheRequest(text="q", scope="gpt-4o|t=0", namespace="tenant-a"))
+    assert kr.scope_key == scope_digest("gpt-4o|t=0") and kr.namespace == scope_digest("tenant-a")
+
+
+def test_lru_bounds_by_count_and_weight() -> None:
+    lru: LRU[str, int] = LRU(3)
+    for k in "abcd":
+        lru.put(k, 1)
+    assert list(lru) == ["b", "c", "d"]
+    assert lru.get("b") == 1 and list(lru) == ["c", "d", "b"]  # get refreshes
+    heavy: LRU[str, str] = LRU(100, max_weight=10, weigh=len, max_item_weight=6)
+    heavy.put("x", "aaaaa")
+    heavy.put("y", "bbbbb")
+    heavy.put("z", "c")  # 11 > 10: the least recent goes
+    assert "x" not in heavy and "y" in heavy and "z" in heavy
+    heavy.put("big", "ddddddd")  # heavier than one item may be: never kept
+    assert "big" not in heavy
+    assert heavy.pop("y") == "bbbbb" and len(heavy) == 1
+    with pytest.raises(ValueError):
+        LRU(0)
