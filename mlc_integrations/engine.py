@@ -27,6 +27,7 @@ from .request import CacheRequest, Hit
 from .stats import EngineStats
 from .storage import DEFAULT_SEARCH_EF, ChromaStore
 from .tiers import ExactTier, MultimodalTier, TextSemanticTier
+from .writebehind import DEFAULT_MAX_PENDING, PendingEntries
 from .verify import DEFAULT_EXPLORE_RATE, DEFAULT_MIN_PRECISION, VerificationPolicy, make_policy
 
 __all__ = ["MLCEngine", "answer_of", "DEFAULT_L1_THRESHOLD", "DEFAULT_L2_IMAGE_THRESHOLD",
@@ -66,6 +67,12 @@ class MLCEngine:
     Default fail-open: a lookup error is a counted miss, an update error a logged,
     counted no-op. ``strict=True`` raises :class:`~mlc_integrations.errors.MLCError`
     subclasses instead.
+
+    Updates are write-behind by default: ``update()`` returns once the entry is in
+    memory (lookups in this process see it at once) and a background thread writes it;
+    at most ``max_pending_writes`` wait (then ``update()`` waits). ``flush()``, ``close()``
+    and interpreter exit drain it. ``durable=True`` writes before ``update()`` returns
+    (the default when ``strict=True``, so that a write error can be raised to the caller).
     """
 
     def __init__(
@@ -93,6 +100,8 @@ class MLCEngine:
         max_entries: Optional[int] = None,
         eviction_policy: str = DEFAULT_EVICTION_POLICY,
         strict: bool = False,
+        durable: Optional[bool] = None,
+        max_pending_writes: int = DEFAULT_MAX_PENDING,
         store_prompts: bool = True,
         max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
         max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
@@ -135,6 +144,12 @@ class MLCEngine:
                                      l2_prompt_encoder=l2_prompt_encoder, enable_l2=enable_l2)
         self.entries = EntryStore(self.store, self._stats, on_deleted=self._forget)
         self.eviction = Eviction(self.entries, self._stats, clock, max_entries=max_entries, policy=eviction_policy)
+        self.durable = strict if durable is None else bool(durable)
+        self.pending: Optional[PendingEntries] = None
+        if not self.durable:
+            self.pending = self.entries.pending = PendingEntries(
+                self.entries.put_many, after_write=self.eviction.after_insert,
+                max_pending=max_pending_writes, on_error=self._write_failed)
         # Verifier between retrieval and reuse (verify/, docs/verification.md); None = raw cosine only.
         self.verification: Optional[VerificationPolicy] = make_policy(
             verifier, min_precision=verifier_precision, max_false_hit_rate=max_false_hit_rate,
@@ -288,14 +303,29 @@ class MLCEngine:
         if clip is not None:
             entry.image_vecs, entry.image_model = enc.image_vecs(kr, clip), enc.image_model
             entry.prompt_vec, entry.prompt_model = enc.prompt_vec(kr, clip), enc.prompt_model
-        self.entries.put(entry)
         self.eviction.access.touch(kr.entry_id, now)
-        self.eviction.after_insert()
+        if self.pending is not None:
+            self.pending.submit(entry)
+        else:
+            self.entries.put(entry)
+            self.eviction.after_insert()
         if self.verification is not None:
             self.verification.observe(kr.entry_id, answer)  # labels refused/explored candidates
         return kr.entry_id
 
     # ------------------------------------------------------------------ delete, expire, clear
+    def _write_failed(self, exc: BaseException, n: int) -> None:
+        """The background writer lost a batch: counted and logged like a failed update."""
+        self._stats.incr("updates_failed", n)
+        self._stats.error(f"update:{type(exc).__name__}")
+        log.warning("cache write-behind failed for %d entries (dropped; the LLM calls went on): %s: %s",
+                    n, type(exc).__name__, exc)
+
+    def _drain(self) -> None:
+        """Pending writes reach the store before anything reads or deletes there directly."""
+        if self.pending is not None:
+            self.pending.drain()
+
     def _forget(self, ids: list[str]) -> None:
         """Deleted entries (by the user, eviction, expiry or repair) leave every in-memory record."""
         self.eviction.access.discard(ids)
@@ -305,16 +335,19 @@ class MLCEngine:
 
     def delete(self, entry_id: str) -> bool:
         """Delete one entry (all tiers). Returns True when it existed."""
+        self._drain()
         existed = self.entries.exists(entry_id)
         self.entries.delete([entry_id])
         return existed
 
     def purge_expired(self) -> int:
         """Delete every expired entry now (lookups already ignore them). Returns the count."""
+        self._drain()
         return self.eviction.purge_expired()
 
     def clear(self, scope: Optional[str] = None, namespace: Optional[str] = None) -> None:
         """Delete every entry, or only those of one scope and/or namespace."""
+        self._drain()
         self.entries.clear(None if scope is None else scope_digest(scope),
                            None if namespace is None else scope_digest(namespace))
         if scope is None and namespace is None:
@@ -324,7 +357,8 @@ class MLCEngine:
         await asyncio.to_thread(self.clear, scope, namespace)
 
     def flush(self) -> None:
-        """Write buffered last-access times to the store (used by LRU eviction across restarts)."""
+        """Write pending entries, then buffered last-access times (LRU across restarts)."""
+        self._drain()
         self.eviction.flush()
 
     def close(self) -> None:
@@ -332,6 +366,8 @@ class MLCEngine:
             self.flush()
         except Exception as exc:  # closing never raises in fail-open mode
             self._fail("flush", exc)
+        if self.pending is not None:
+            self.pending.close()
 
     def __enter__(self) -> "MLCEngine":
         return self
@@ -341,7 +377,8 @@ class MLCEngine:
 
     # ------------------------------------------------------------------ stats & errors
     def count(self) -> int:
-        """Number of stored entries (responses)."""
+        """Number of stored entries (responses), pending writes included."""
+        self._drain()
         return self.entries.count()
 
     def stats(self) -> dict[str, Any]:
@@ -366,6 +403,7 @@ class MLCEngine:
             "ttl": self.ttl,
             **self.eviction.config(),
             "strict": self.strict,
+            "durable": self.durable,
         }
         snap["verification"] = self.verification.stats() if self.verification is not None else {"mode": "off"}
         return snap

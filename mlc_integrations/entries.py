@@ -23,12 +23,15 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
 from .stats import EngineStats
 from .storage import ChromaStore
+
+if TYPE_CHECKING:
+    from .writebehind import PendingEntries
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +131,39 @@ class StoredEntry:
         return a if isinstance(a, str) else answer_of(self.payload)
 
 
+def _model_of(e: NewEntry, tier: str) -> str:
+    return {"l1": e.text_model, "l2_image": e.image_model, "l2_prompt": e.prompt_model}[tier]
+
+
+def _rows(group: Sequence[NewEntry], tier: str) -> tuple[list[str], list[list[float]], list[dict[str, Any]]]:
+    """A vector tier's rows of several entries: ids, embeddings, metadata."""
+    ids: list[str] = []
+    vecs: list[list[float]] = []
+    metas: list[dict[str, Any]] = []
+    for e in group:
+        keys = e.meta.keys
+        if tier == "l2_image":
+            for i, v in enumerate(e.image_vecs):  # type: ignore[arg-type]
+                ids.append(image_row_id(e.entry_id, i))
+                vecs.append(v.tolist())
+                metas.append(keys.metadata(idx=i, entry_id=e.entry_id, part=e.partitions["l2_image"][i]))
+        else:
+            vec = e.text_vec if tier == "l1" else e.prompt_vec
+            ids.append(e.entry_id)
+            vecs.append(vec.tolist())  # type: ignore[union-attr]
+            metas.append(keys.metadata(part=e.partitions[tier]))
+    return ids, vecs, metas
+
+
+def _newest(rows: list[tuple[str, float, dict[str, Any]]],
+            pending: list[tuple[str, float, dict[str, Any]]]) -> list[tuple[str, float, dict[str, Any]]]:
+    """Stored rows plus pending ones (a pending row is the newer version), best first."""
+    if not pending:
+        return rows
+    newer = {rid for rid, _s, _m in pending}
+    return sorted([r for r in rows if r[0] not in newer] + pending, key=lambda r: -r[1])
+
+
 # What fetch() says of an entry it cannot serve.
 Missing = str  # "absent" | "expired" | "corrupt"
 
@@ -140,31 +176,31 @@ class EntryStore:
         self.store = store
         self._stats = stats
         self._on_deleted = on_deleted  # whatever else tracks entries forgets them (access log, verifier)
+        # Write-behind (writebehind.py): entries accepted but not yet written; reads see them first.
+        self.pending: "Optional[PendingEntries]" = None
 
     # ------------------------------------------------------------------ writes
     def put(self, e: NewEntry) -> None:
-        """Write one entry in :data:`WRITE_ORDER` (each write a labelled storage call)."""
-        keys = e.meta.keys
+        """Write one entry now (see :meth:`put_many`)."""
+        self.put_many([e])
+
+    def put_many(self, batch: Sequence[NewEntry]) -> None:
+        """Write entries in :data:`WRITE_ORDER`: every response row first, then each vector
+        tier once for the whole batch (one labelled storage call per tier and model)."""
+        batch = list({e.entry_id: e for e in batch}.values())  # one row per id and call
+        if not batch:
+            return
         self.store.call("upsert exact", lambda: self.store.collection("exact").upsert(
-            ids=[e.entry_id], embeddings=[ChromaStore.dummy_vector()], documents=[e.document],
-            metadatas=[e.meta.to_chroma()]))
-        if e.text_vec is not None:
-            vec = e.text_vec
-            self.store.call("upsert l1", lambda: self.store.collection("l1", dim=len(vec), model=e.text_model).upsert(
-                ids=[e.entry_id], embeddings=[vec.tolist()], metadatas=[keys.metadata(part=e.partitions["l1"])]))
-        if e.image_vecs is not None and e.prompt_vec is not None:
-            imgs, prompt = e.image_vecs, e.prompt_vec
-            n = len(imgs)
-            self.store.call("upsert l2_image", lambda: self.store.collection(
-                "l2_image", dim=int(imgs.shape[1]), model=e.image_model).upsert(
-                ids=[image_row_id(e.entry_id, i) for i in range(n)],
-                embeddings=[v.tolist() for v in imgs],
-                metadatas=[keys.metadata(idx=i, entry_id=e.entry_id, part=e.partitions["l2_image"][i])
-                           for i in range(n)]))
-            self.store.call("upsert l2_prompt", lambda: self.store.collection(
-                "l2_prompt", dim=len(prompt), model=e.prompt_model).upsert(
-                ids=[e.entry_id], embeddings=[prompt.tolist()],
-                metadatas=[keys.metadata(part=e.partitions["l2_prompt"])]))
+            ids=[e.entry_id for e in batch], embeddings=[ChromaStore.dummy_vector()] * len(batch),
+            documents=[e.document for e in batch], metadatas=[e.meta.to_chroma() for e in batch]))
+        for tier, rows in (("l1", [e for e in batch if e.text_vec is not None]),
+                           ("l2_image", [e for e in batch if e.image_vecs is not None and e.prompt_vec is not None]),
+                           ("l2_prompt", [e for e in batch if e.image_vecs is not None and e.prompt_vec is not None])):
+            for model in dict.fromkeys(_model_of(e, tier) for e in rows):
+                group = [e for e in rows if _model_of(e, tier) == model]
+                ids, vecs, metas = _rows(group, tier)
+                self.store.call(f"upsert {tier}", lambda t=tier, m=model, i=ids, v=vecs, md=metas: self.store.collection(
+                    t, dim=len(v[0]), model=m).upsert(ids=i, embeddings=v, metadatas=md))
 
     def delete(self, ids: Sequence[str]) -> None:
         """Delete entries from every tier in :data:`DELETE_ORDER`."""
@@ -211,10 +247,21 @@ class EntryStore:
     def fetch(self, entry_ids: Sequence[str], now: float) -> dict[str, Union[StoredEntry, Missing]]:
         """The live entries among ``entry_ids`` in one storage call; expired and unreadable
         ones are deleted on the way and reported as "expired" / "corrupt"."""
-        ids = list(dict.fromkeys(entry_ids))
+        out: dict[str, Union[StoredEntry, Missing]] = {}
+        ids = []
+        for eid in dict.fromkeys(entry_ids):
+            p = self.pending.get(eid) if self.pending is not None else None
+            if p is None:
+                ids.append(eid)
+            elif p.meta.keys.expires_at <= now:
+                out[eid] = "expired"
+            else:
+                out[eid] = StoredEntry(json.loads(p.document), p.meta.to_chroma())
+        if not ids:
+            return out
         res = self.store.call(
             "get", lambda: self.store.collection("exact").get(ids=ids, include=["documents", "metadatas"]))
-        out: dict[str, Union[StoredEntry, Missing]] = {eid: "absent" for eid in ids}
+        out.update({eid: "absent" for eid in ids})
         gone: list[str] = []
         for eid, doc, meta in zip(res["ids"], res["documents"], res["metadatas"]):
             meta = meta or {}
@@ -235,6 +282,8 @@ class EntryStore:
         return out
 
     def exists(self, entry_id: str) -> bool:
+        if self.pending is not None and self.pending.get(entry_id) is not None:
+            return True
         res = self.store.call("get", lambda: self.store.collection("exact").get(ids=[entry_id], include=[]))
         return bool(res["ids"])
 
@@ -265,6 +314,9 @@ class EntryStore:
         dim = int(vec.shape[0])
         emb = [vec.tolist()]
         mine: list[tuple[str, float, dict[str, Any]]] = []
+        # Pending rows are read before the store: an entry the writer moves from one to the
+        # other meanwhile is then seen in at least one of them.
+        pending = self.pending.neighbours(tier, vec, part, threshold) if self.pending is not None else []
         for filtered, k in SEARCH_STEPS:
             where = {"part": part} if filtered else None
 
@@ -284,17 +336,21 @@ class EntryStore:
             above = [r for r in rows if r[1] >= threshold]
             metas = self._metadatas(tier, [i for i, _s in above]) if above else {}
             mine = [(i, s, metas[i]) for i, s in above if i in metas and metas[i].get("part") == part]
-            return mine, not saturated
-        return mine, False
+            return _newest(mine, pending), not saturated
+        return _newest(mine, pending), False
 
     def _metadatas(self, tier: str, ids: list[str]) -> dict[str, dict[str, Any]]:
         res = self.store.call(f"get {tier}", lambda: self.store.collection(tier).get(ids=ids, include=["metadatas"]))
         return {i: (m or {}) for i, m in zip(res["ids"], res["metadatas"])}
 
     def vectors(self, tier: str, ids: list[str]) -> dict[str, np.ndarray]:
-        """Stored vectors of a tier's rows (absent rows are left out)."""
-        res = self.store.call(f"get {tier}", lambda: self.store.collection(tier).get(ids=ids, include=["embeddings"]))
+        """Stored (or pending) vectors of a tier's rows; absent rows are left out."""
+        out = self.pending.vectors(tier, ids) if self.pending is not None and len(self.pending) else {}
+        rest = [i for i in ids if i not in out]
+        if not rest:
+            return out
+        res = self.store.call(f"get {tier}", lambda: self.store.collection(tier).get(ids=rest, include=["embeddings"]))
         embs = res.get("embeddings")
-        if embs is None:
-            return {}
-        return {i: np.asarray(e, dtype=np.float32) for i, e in zip(res["ids"], embs)}
+        if embs is not None:
+            out.update({i: np.asarray(e, dtype=np.float32) for i, e in zip(res["ids"], embs)})
+        return out

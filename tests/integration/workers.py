@@ -41,6 +41,9 @@ def question(key: int, *, paraphrase: int = 0, namespace: str = "default", scope
 
 def engine(**kw: Any) -> MLCEngine:
     kw.setdefault("clip_model", None)
+    # Acknowledged = written: the journals and the other processes check what each update
+    # acknowledged (write-behind would acknowledge before the write; see test_writebehind.py).
+    kw.setdefault("durable", True)
     return MLCEngine(**kw)
 
 

@@ -146,7 +146,7 @@ def shared_client() -> Any:
 
 
 def _reopened(make_engine: Callable[..., MLCEngine], client: Any, prefix: str) -> MLCEngine:
-    return make_engine(chroma_client=client, collection_prefix=prefix)
+    return make_engine(chroma_client=client, collection_prefix=prefix, durable=True)  # each write step on the caller's path
 
 
 def _vector_ids(eng: MLCEngine) -> dict[str, set[str]]:

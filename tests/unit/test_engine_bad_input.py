@@ -165,6 +165,7 @@ def test_corrupt_stored_response_is_a_miss_and_removed(make_engine) -> None:
     eng = make_engine(enable_l2=False)
     r = CacheRequest(text="some question here")
     eid = eng.update(r, "fine")
+    eng.flush()  # written (update is write-behind)
     eng.store.collection("exact").update(ids=[eid], embeddings=[[1.0]], documents=["{not json"])
     assert eng.lookup(CacheRequest(text="some question here")) is None
     assert eng.count() == 0 and eng.stats()["errors"].get("corrupt_entry") == 1
@@ -174,6 +175,7 @@ def test_orphan_vector_without_response_is_a_miss(make_engine) -> None:
     """What a crash between the response write and the vector write could leave."""
     eng = make_engine(enable_l2=False)
     eid = eng.update(CacheRequest(text="What is the capital of France?"), "Paris")
+    eng.flush()  # written (update is write-behind)
     eng.store.collection("exact").delete(ids=[eid])
     assert eng.lookup(CacheRequest(text="what's the capital of France?")) is None
     assert eng.stats()["orphans_removed"] == 1

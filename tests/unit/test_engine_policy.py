@@ -92,6 +92,7 @@ def test_lru_order_survives_restart(make_engine, tmp_path) -> None:
     eng.close()  # flushes last-access times
     eng2 = make_engine(persist_directory=d, max_entries=2, enable_l2=False)
     eng2.update(req("third entry here"), 3)
+    eng2.flush()  # eviction runs after the background write
     assert eng2.lookup(req("second entry here")) is None
     assert eng2.lookup(req("first entry here")).payload == 1
 
@@ -228,6 +229,7 @@ def test_models_are_shared_between_engines(make_engine) -> None:
 def test_store_prompts_false_keeps_no_raw_text(make_engine) -> None:
     eng = make_engine(store_prompts=False, enable_l2=False)
     eng.update(req("my secret medical question"), "answer")
+    eng.flush()  # written (update is write-behind)
     got = eng.store.collection("exact").get(include=["metadatas", "documents"])
     assert "secret" not in repr(got["metadatas"])
     assert eng.lookup(req("my secret medical question")).matched_text is None
@@ -253,6 +255,7 @@ def test_hnsw_search_ef_is_set_on_vector_collections(make_engine) -> None:
     reports the recall); the engine sets its own, configurable, on every vector tier."""
     eng = make_engine(hnsw_search_ef=77)
     eng.update(req("What color is the shape?", [pattern(1)]), "red")
+    eng.flush()  # the collections are created by the (background) write
     for tier in ("l1", "l2_image", "l2_prompt"):
         assert eng.store.collection(tier).metadata["hnsw:search_ef"] == 77
     assert "hnsw:search_ef" not in (eng.store.collection("exact").metadata or {})

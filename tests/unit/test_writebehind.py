@@ -1,0 +1,175 @@
+"""Write-behind: update() returns before Chroma is written, lookups see pending entries,
+the queue is bounded, flush/close drain it, a failed write is counted, never raised."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+import pytest
+
+from mlc_integrations import CacheRequest, MLCEngine
+from tests.helpers import pattern
+
+
+def req(text: str, images: Any = (), **kw: Any) -> CacheRequest:
+    kw.setdefault("scope", "m")
+    return CacheRequest(text=text, images=list(images), **kw)
+
+
+class Gate:
+    """Holds every storage write until opened (the store's labelled call hook)."""
+
+    def __init__(self, eng: MLCEngine) -> None:
+        self.open = threading.Event()
+        self.writes: list[str] = []
+        orig = eng.store.call
+
+        def call(what: str, fn: Callable[[], Any]) -> Any:
+            if what.split()[0] in ("upsert", "update"):
+                assert self.open.wait(30), "gate never opened"
+                self.writes.append(what)
+            return orig(what, fn)
+
+        eng.store.call = call  # type: ignore[method-assign]
+
+
+def stored_count(eng: MLCEngine) -> int:
+    return eng.entries.count()  # the store's own count, without draining pending writes
+
+
+def test_update_returns_before_the_write_and_lookups_see_the_pending_entry(make_engine) -> None:
+    eng = make_engine(enable_l2=False)
+    gate = Gate(eng)
+    eng.update(req("What is the capital of France?"), "Paris")  # returns with the writer held
+    assert stored_count(eng) == 0 and len(eng.pending) == 1
+    hit = eng.lookup(req("What is the capital of France?"))
+    assert hit is not None and hit.tier == "L0.5" and hit.payload == "Paris"
+    hit = eng.lookup(req("What's the capital city of France?"))
+    assert hit is not None and hit.tier == "L1" and hit.payload == "Paris"
+    gate.open.set()
+    eng.flush()
+    assert stored_count(eng) == 1 and len(eng.pending) == 0
+    assert gate.writes[:2] == ["upsert exact", "upsert l1"]  # response first, vectors last
+
+
+def test_pending_l2_entry_is_found_by_its_picture(make_engine) -> None:
+    eng = make_engine(enable_exact=False, enable_l1=False, verifier="off", l2_image_threshold=0.99,
+                      l2_prompt_threshold=0.8)
+    gate = Gate(eng)
+    img = pattern(3)
+    try:
+        eng.update(req("What shape is in this picture?", [img]), "a circle")
+        hit = eng.lookup(req("What shape is in the picture?", [img]))
+        assert hit is not None and hit.tier == "L2" and hit.payload == "a circle"
+        assert eng.lookup(req("What shape is in the picture?", [img], scope="other")) is None  # another partition
+    finally:
+        gate.open.set()
+    eng.flush()
+    assert gate.writes == ["upsert exact", "upsert l2_image", "upsert l2_prompt"]
+
+
+def test_queue_is_bounded_update_waits_for_the_writer(make_engine) -> None:
+    eng = make_engine(enable_l2=False, max_pending_writes=2)
+    gate = Gate(eng)
+    eng.update(req("first question here"), 1)
+    eng.update(req("second question here"), 2)
+    done = threading.Event()
+
+    def third() -> None:
+        eng.update(req("third question here"), 3)
+        done.set()
+
+    t = threading.Thread(target=third)
+    t.start()
+    assert not done.wait(0.3)  # back-pressure: two entries wait, the third update waits
+    gate.open.set()
+    assert done.wait(30)
+    t.join()
+    eng.flush()
+    assert stored_count(eng) == 3
+
+
+def test_close_drains_and_a_reopened_cache_has_everything(make_engine, tmp_path) -> None:
+    d = str(tmp_path / "wb")
+    eng = make_engine(persist_directory=d, enable_l2=False)
+    for i in range(40):
+        eng.update(req(f"question number {i} about item {i * 13}"), i)
+    eng.close()
+    again = make_engine(persist_directory=d, enable_l2=False)
+    assert again.count() == 40
+    assert again.lookup(req("question number 17 about item 221")).payload == 17
+
+
+def test_a_failed_background_write_is_counted_never_raised(make_engine) -> None:
+    eng = make_engine(enable_l2=False)
+    orig = eng.store.call
+
+    def failing(what: str, fn: Callable[[], Any]) -> Any:
+        if what.startswith("upsert"):
+            raise RuntimeError("disk full")
+        return orig(what, fn)
+
+    eng.store.call = failing  # type: ignore[method-assign]
+    assert eng.update(req("Who wrote Hamlet?"), "Shakespeare") is not None
+    eng.flush()
+    st = eng.stats()
+    assert st["updates_failed"] == 1 and st["errors"].get("update:RuntimeError") == 1
+    assert eng.lookup(req("Who wrote Hamlet?")) is None  # dropped, not half-stored
+    eng.store.call = orig  # type: ignore[method-assign]
+    eng.update(req("Who wrote Hamlet?"), "Shakespeare")
+    assert eng.lookup(req("Who wrote Hamlet?")).payload == "Shakespeare"
+
+
+def test_durable_and_strict_write_on_the_callers_path(make_engine) -> None:
+    for eng in (make_engine(enable_l2=False, durable=True), make_engine(enable_l2=False, strict=True)):
+        assert eng.pending is None and eng.durable
+        eng.update(req("How many legs does a spider have?"), "eight")
+        assert stored_count(eng) == 1
+    assert make_engine(enable_l2=False, strict=True, durable=False).pending is not None
+
+
+def test_delete_and_clear_see_pending_entries(make_engine) -> None:
+    eng = make_engine(enable_l2=False)
+    gate = Gate(eng)
+    eid = eng.update(req("What is two plus two?"), "4")
+    gate.open.set()
+    assert eng.delete(eid)  # waits for the write, then deletes: nothing comes back later
+    assert eng.lookup(req("What is two plus two?")) is None and eng.count() == 0
+    eng.update(req("What is three plus three?"), "6")
+    eng.clear()
+    assert eng.count() == 0
+
+
+def test_a_newer_version_written_while_the_older_is_in_flight_wins(make_engine) -> None:
+    eng = make_engine(enable_l2=False)
+    gate = Gate(eng)
+    eng.update(req("Which version is current?"), "old")
+    eng.update(req("Which version is current?"), "new")
+    assert eng.lookup(req("Which version is current?")).payload == "new"
+    gate.open.set()
+    eng.flush()
+    assert eng.lookup(req("Which version is current?")).payload == "new" and eng.count() == 1
+
+
+@pytest.mark.parametrize("n_threads", [4])
+def test_concurrent_updates_and_lookups_lose_nothing(make_engine, n_threads: int) -> None:
+    eng = make_engine(enable_l2=False, max_pending_writes=8)
+    errors: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            for i in range(25):
+                eng.update(req(f"thread {t} question {i} on subject {t * 100 + i}"), [t, i])
+                hit = eng.lookup(req(f"thread {t} question {i} on subject {t * 100 + i}"))
+                assert hit is not None and hit.payload == [t, i]
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(t,)) for t in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:3]
+    assert eng.count() == n_threads * 25 and eng.stats()["updates_failed"] == 0
