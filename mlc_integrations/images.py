@@ -206,22 +206,31 @@ def _pixels_held(img: DecodedImage) -> int:
     return img.pil.width * img.pil.height if img.pil is not None else 0
 
 
+PREVIEW_SIDE = 1024  # longest side of what the memo keeps of a picture too large to keep whole
+
+
 class DecodeMemo:
-    """Remembers decoded images by a hash of their encoded form (bytes, data URL,
-    base64 text), so a picture re-sent in every turn of a conversation is decoded once.
-    Bounded by total pixels held. Paths are never memoized (the file may change)."""
+    """Remembers decoded images by a hash of their encoded form (bytes, data URL, base64
+    text) or, for a file path, by (path, size, modification time), so a picture re-sent in
+    every turn of a conversation is decoded and digested once.
+
+    Bounded by total pixels held. A picture larger than a quarter of that bound is kept as
+    its digest (of the full pixels: the exact key does not change) plus a preview of at
+    most :data:`PREVIEW_SIDE` pixels for the image encoder, which resizes far below that
+    anyway; so a 36 MP photo costs one decode, not one per request."""
 
     def __init__(self, max_pixels: int = 64_000_000, min_len: int = 32, max_items: int = 4096) -> None:
         from ._lru import LRU
 
         self.max_pixels = max_pixels
         self.min_len = min_len
-        self._d: "LRU[bytes, DecodedImage]" = LRU(max_items, max_weight=max_pixels, weigh=_pixels_held,
-                                                 max_item_weight=max_pixels // 4)
+        self._d: "LRU[bytes, DecodedImage]" = LRU(max_items, max_weight=max_pixels, weigh=_pixels_held)
 
     def key(self, value: Any) -> "bytes | None":
         if isinstance(value, (bytes, bytearray, memoryview)):
             raw = bytes(value)
+        elif isinstance(value, os.PathLike) or (isinstance(value, str) and _is_path_like(value)):
+            return self._path_key(value)
         elif isinstance(value, str) and len(value) >= self.min_len and (
             value.startswith("data:") or (_looks_base64(value[:64]) and "." not in value[-8:])):
             raw = value.encode("utf-8", "surrogatepass")
@@ -231,9 +240,39 @@ class DecodeMemo:
             return None
         return hashlib.blake2b(raw, digest_size=20).digest()
 
+    @staticmethod
+    def _path_key(value: Any) -> "bytes | None":
+        """A file is the same picture while its size and modification time are (a rewrite changes them)."""
+        text = str(value)
+        path = Path(text[len("file://"):] if text.startswith("file://") else text)
+        try:
+            st = path.stat()
+            real = str(path.resolve())
+        except (OSError, ValueError):
+            return None  # let the decoder report the bad path
+        return hashlib.blake2b(f"path:{real}:{st.st_size}:{st.st_mtime_ns}".encode("utf-8", "surrogatepass"),
+                               digest_size=20).digest()
+
     def get(self, key: bytes) -> "DecodedImage | None":
         return self._d.get(key)
 
     def put(self, key: bytes, img: DecodedImage) -> None:
-        if key not in self._d:  # the first decode of a picture stays (same pixels either way)
-            self._d.put(key, img)
+        if key in self._d:  # the first decode of a picture stays (same pixels either way)
+            return
+        if img.pil is not None and _pixels_held(img) > self.max_pixels // 4:
+            preview = img.pil.copy()
+            preview.thumbnail((PREVIEW_SIDE, PREVIEW_SIDE))
+            img = DecodedImage(digest=img.digest, pil=preview, source=img.source)
+            if _pixels_held(img) > self.max_pixels // 4:  # a tiny budget: never flush the memo for one picture
+                return
+        self._d.put(key, img)
+
+
+def _is_path_like(s: str) -> bool:
+    """The same test decode_image applies before reading a string as a file path."""
+    s = s.strip()
+    if s.startswith("file://"):
+        return True
+    if not s or s.startswith("data:") or is_remote_url(s):
+        return False
+    return len(s) < 4096 and ("/" in s or "\\" in s or "." in s[-6:]) and not _looks_base64(s)
