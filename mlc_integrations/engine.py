@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from typing import Any, Callable, Optional
 
@@ -114,6 +115,7 @@ class MLCEngine:
         max_false_hit_rate: Optional[float] = None,
         explore_rate: float = DEFAULT_EXPLORE_RATE,
         verifier_embedding_head: bool = False,
+        warm_start: Optional[bool] = None,
     ) -> None:
         if l2_threshold is not None:
             l2_image_threshold = l2_prompt_threshold = l2_threshold
@@ -163,6 +165,11 @@ class MLCEngine:
         self.text_tier = TextSemanticTier(*common, threshold=float(l1_threshold))
         self.multimodal_tier = MultimodalTier(*common, image_threshold=float(l2_image_threshold),
                                               prompt_threshold=float(l2_prompt_threshold))
+        self._warm: Optional[threading.Thread] = None
+        if warm_start if warm_start is not None else self.store.mode != "ephemeral":
+            # A long-lived cache loads its models now, in the background, not on the first call.
+            self._warm = threading.Thread(target=self.warmup, name="mlc-warm-start", daemon=True)
+            self._warm.start()
 
     # ------------------------------------------------------------------ options, read-only views
     l1_threshold = property(lambda self: self.text_tier.threshold)
@@ -181,6 +188,25 @@ class MLCEngine:
     def storage_mode(self) -> str:
         """Where entries live: "ephemeral", "persistent" or "server"."""
         return self.store.mode
+
+    def warmup(self) -> dict[str, float]:
+        """Load every model the tiers use now (seconds per model). Calls made meanwhile
+        wait for the model they need, never load it twice. Never raises: a model that
+        cannot be had is reported by :attr:`l2_status` / the first lookup, as without warm-up."""
+        took: dict[str, float] = {}
+        for name, load in (("text", lambda: self.encoders.text_embedder.embed(["warm up"])),
+                           ("image", lambda: self.encoders.clip_embedder if self.enable_l2 else None)):
+            if name == "text" and not (self.enable_l1 or self.enable_l2):
+                continue
+            t0 = time.perf_counter()
+            try:
+                load()
+            except Exception as exc:  # reported where it matters: the first lookup that needs it
+                log.info("warm-up: %s model not loaded: %s", name, exc)
+                continue
+            took[name] = time.perf_counter() - t0
+        log.debug("warm-up done: %s", took)
+        return took
 
     # ------------------------------------------------------------------ keying
     def decode_image(self, value: Any, what: str = "image") -> DecodedImage:
@@ -404,6 +430,7 @@ class MLCEngine:
             **self.eviction.config(),
             "strict": self.strict,
             "durable": self.durable,
+            "warm_start": self._warm is not None,
         }
         snap["verification"] = self.verification.stats() if self.verification is not None else {"mode": "off"}
         return snap

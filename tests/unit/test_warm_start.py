@@ -1,0 +1,28 @@
+"""Warm start: a long-lived cache loads its models at construction, in the background."""
+
+from __future__ import annotations
+
+from mlc_integrations import CacheRequest
+
+
+def test_persistent_store_warms_up_in_the_background(make_engine, tmp_path) -> None:
+    eng = make_engine(persist_directory=str(tmp_path / "c"), enable_l2=False)
+    assert eng.stats()["config"]["warm_start"]
+    eng._warm.join(60)
+    assert not eng._warm.is_alive()
+    eng.update(CacheRequest(text="What is the capital of France?", scope="m"), "Paris")
+    assert eng.lookup(CacheRequest(text="What's the capital city of France?", scope="m")).tier == "L1"
+
+
+def test_in_memory_engine_does_not_unless_asked(make_engine) -> None:
+    assert not make_engine(enable_l2=False).stats()["config"]["warm_start"]
+    eng = make_engine(enable_l2=False, warm_start=True)
+    assert eng.stats()["config"]["warm_start"]
+
+
+def test_warmup_reports_what_it_loaded_and_never_raises(make_engine) -> None:
+    took = make_engine().warmup()
+    assert set(took) == {"text", "image"} and all(t >= 0 for t in took.values())
+    broken = make_engine(clip_model="/nonexistent/checkpoint")
+    took = broken.warmup()  # the image model cannot be had: L2 off, warm-up goes on
+    assert "text" in took and broken.l2_status.startswith("off")
