@@ -15,7 +15,7 @@ from .errors import (
     StorageError,
 )
 from .images import ImageRef, image_digest
-from .request import CacheRequest, Hit
+from .request import CacheRequest, Hit, Lookup, Refusal
 
 __version__ = "0.1.0"
 
@@ -23,6 +23,8 @@ __all__ = [
     "MLCEngine",
     "CacheRequest",
     "Hit",
+    "Lookup",
+    "Refusal",
     "ImageRef",
     "image_digest",
     "MLCError",

@@ -24,7 +24,7 @@ from .eviction import DEFAULT_EVICTION_POLICY, Eviction
 from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DecodedImage
 from .keys import Keyer, KeyedRequest, scope_digest
 from .models import DEFAULT_CLIP_MODEL, DEFAULT_CLIP_PRETRAINED, ClipEmbedder, TextEmbedder
-from .request import CacheRequest, Hit
+from .request import CacheRequest, Hit, Lookup
 from .stats import EngineStats
 from .storage import DEFAULT_SEARCH_EF, ChromaStore
 from .tiers import ExactTier, MultimodalTier, TextSemanticTier
@@ -229,25 +229,36 @@ class MLCEngine:
 
         Never raises in the default mode: errors become counted misses.
         """
-        t0 = time.perf_counter()
-        self._stats.incr("lookups")
-        try:
-            hit = self._lookup(request)
-        except Exception as exc:
-            self._stats.incr("misses")
-            self._record_latency(t0, None)
-            self._fail("lookup", exc)
-            return None
-        if hit is None:
-            self._stats.incr("misses")
-        ms = self._record_latency(t0, hit)
-        if hit is not None:
-            hit.lookup_ms = ms
-        return hit
+        return self.lookup_explained(request).hit
 
     async def alookup(self, request: CacheRequest) -> Optional[Hit]:
         """Async :meth:`lookup`; model and storage work runs in a worker thread."""
         return await asyncio.to_thread(self.lookup, request)
+
+    def lookup_explained(self, request: CacheRequest) -> Lookup:
+        """:meth:`lookup` with its reasons: the hit, or the best candidate that was refused
+        (tier, scores, thresholds, what refused it) and each tier's outcome."""
+        t0 = time.perf_counter()
+        self._stats.incr("lookups")
+        trace = Lookup(hit=None)
+        try:
+            trace = self._lookup(request)
+        except Exception as exc:
+            self._stats.incr("misses")
+            trace.ms = self._record_latency(t0, None)
+            self._fail("lookup", exc)
+            return trace
+        if trace.hit is None:
+            self._stats.incr("misses")
+        trace.ms = self._record_latency(t0, trace.hit)
+        if trace.hit is not None:
+            trace.hit.lookup_ms = trace.ms
+        elif trace.refused is not None:
+            log.debug("cache miss: %s", trace.explain())
+        return trace
+
+    async def alookup_explained(self, request: CacheRequest) -> Lookup:
+        return await asyncio.to_thread(self.lookup_explained, request)
 
     def _record_latency(self, t0: float, hit: Optional[Hit]) -> float:
         ms = (time.perf_counter() - t0) * 1000.0
@@ -255,26 +266,30 @@ class MLCEngine:
         self._stats.latency(f"lookup_{hit.tier}_hit" if hit else "lookup_miss", ms)
         return ms
 
-    def _lookup(self, request: CacheRequest) -> Optional[Hit]:
+    def _lookup(self, request: CacheRequest) -> Lookup:
         kr = self.key(request)
         now = self._clock()
         kr.features.pop("verification", None)  # verdicts of this lookup only
+        kr.features["refusals"] = []
+        trace = Lookup(hit=None)
         for tier, enabled in (
             (self.exact_tier, self.enable_exact),
             (self.text_tier, self.enable_l1 and kr.embeddable and bool(kr.norm_text)),
             (self.multimodal_tier, self.enable_l2 and self._l2_applicable(kr)),
         ):
             if not enabled:
-                self._stats.tier(tier.name, "skipped")
-                continue
-            hit = tier.lookup(kr, now)
-            if hit is not None:
-                self._stats.tier(tier.name, "hit")
-                return hit
-            refused = any(d.tier == tier.name and not d.accept
-                          for d in kr.features.get("verification", {}).values())
-            self._stats.tier(tier.name, "refused" if refused else "miss")
-        return None
+                outcome = "skipped"
+            else:
+                trace.hit = tier.lookup(kr, now)
+                refused = any(r.tier == tier.name for r in kr.features["refusals"])
+                outcome = "hit" if trace.hit is not None else "refused" if refused else "miss"
+            self._stats.tier(tier.name, outcome)
+            trace.tiers[tier.name] = outcome
+            if trace.hit is not None:
+                return trace
+        refusals = kr.features["refusals"]
+        trace.refused = max(refusals, key=lambda r: r.scores.get("verifier", 0.0)) if refusals else None
+        return trace
 
     # ------------------------------------------------------------------ update
     def update(self, request: CacheRequest, payload: Any, *, ttl: Optional[float] = None,

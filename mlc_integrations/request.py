@@ -56,3 +56,47 @@ class Hit:
             t = self.thresholds.get(k)
             parts.append(f"{k}={v:.3f}" + (f">={t:.3f}" if t is not None else ""))
         return " ".join(parts)
+
+
+@dataclass
+class Refusal:
+    """A candidate that cleared the similarity thresholds and was not reused, and why.
+
+    ``reason`` names what refused it: ``"verifier"`` (its probability that the stored
+    answer fits is under the threshold; ``detail`` says which difference it saw),
+    ``"explored"`` (error-bounded mode answered it as a miss on purpose, to label it).
+    """
+
+    tier: str
+    entry_id: str
+    scores: dict[str, float] = field(default_factory=dict)
+    thresholds: dict[str, float] = field(default_factory=dict)
+    reason: str = "verifier"
+    detail: str = ""
+    matched_text: Optional[str] = None
+
+    def explain(self) -> str:
+        parts = [f"refused tier={self.tier}", f"entry={self.entry_id[:12]}", f"reason={self.reason}"]
+        for k, v in self.scores.items():
+            t = self.thresholds.get(k)
+            parts.append(f"{k}={v:.3f}" + ((">=" if v >= t else "<") + f"{t:.3f}" if t is not None else ""))
+        if self.detail:
+            parts.append(f"({self.detail})")
+        return " ".join(parts)
+
+
+@dataclass
+class Lookup:
+    """What one lookup did: the hit, or the best refused candidate; each tier's outcome
+    (``hit``, ``miss``, ``refused``, ``skipped``)."""
+
+    hit: Optional[Hit]
+    refused: Optional[Refusal] = None
+    tiers: dict[str, str] = field(default_factory=dict)
+    ms: float = 0.0
+
+    def explain(self) -> str:
+        if self.hit is not None:
+            return self.hit.explain()
+        tiers = " ".join(f"{t}:{o}" for t, o in self.tiers.items())
+        return f"miss [{tiers}]" + (f"; best {self.refused.explain()}" if self.refused else "")

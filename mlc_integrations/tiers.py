@@ -22,7 +22,7 @@ from .encoders import TierEncoders
 from .entries import EntryStore, Missing, StoredEntry, image_row_id
 from .eviction import AccessLog
 from .keys import KeyedRequest
-from .request import Hit
+from .request import Hit, Refusal
 from .stats import EngineStats
 from .verify import Decision, VerificationPolicy
 
@@ -94,6 +94,11 @@ class _SemanticTier:
         if self.verification is not None:
             d = self._verify(cand, kr, found)
             if not d.accept:
+                kr.features.setdefault("refusals", []).append(Refusal(
+                    tier=self.name, entry_id=cand.entry_id, matched_text=found.text,
+                    scores=dict(scores, verifier=d.probability), thresholds=dict(thresholds, verifier=d.threshold),
+                    reason="explored" if d.outcome == "explored" else "verifier",
+                    detail=getattr(d, "detail", "") or f"model {d.model}"))
                 return None
             if d.verified:
                 scores = dict(scores, verifier=d.probability)
