@@ -17,6 +17,7 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
+from .dirlock import DirectoryLock
 from .encoders import TierEncoders
 from .entries import NO_EXPIRY, EntryKeys, EntryMeta, EntryStore, NewEntry, answer_of
 from .errors import InvalidRequestError, MLCError, PayloadError, StorageError
@@ -131,6 +132,8 @@ class MLCEngine:
             collection_prefix=collection_prefix, client=chroma_client, timeout=chroma_timeout,
             hnsw_search_ef=hnsw_search_ef,
         )
+        # Embedded mode is single-process: a second process gets a clear error (dirlock.py).
+        self._dir_lock = DirectoryLock.acquire(persist_directory) if self.store.mode == "persistent" else None
         self.enable_exact = enable_exact
         self.enable_l1 = enable_l1
         self.ttl = ttl
@@ -409,6 +412,8 @@ class MLCEngine:
             self._fail("flush", exc)
         if self.pending is not None:
             self.pending.close()
+        if self._dir_lock is not None:
+            self._dir_lock.release()
 
     def __enter__(self) -> "MLCEngine":
         return self

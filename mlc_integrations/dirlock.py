@@ -1,0 +1,103 @@
+"""One process at a time on an embedded Chroma directory.
+
+Chroma's embedded mode (``PersistentClient``) is single-process: two processes writing
+one directory each keep their own index in memory and overwrite each other's files. So
+an engine on ``persist_directory`` holds an exclusive lock on ``<dir>/.mlc.lock`` (with
+the owner's pid in it) and a second process gets a clear error pointing at server mode.
+The lock is ``flock``-based: the kernel drops it when the owner exits, killed or not, so
+a crash never leaves a stale lock. Engines of one process share it (counted).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+
+from .errors import StorageError
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = ".mlc.lock"
+
+_lock = threading.Lock()
+_held: dict[str, list[int]] = {}  # real path -> [fd, number of engines holding it]
+
+
+class DirectoryInUseError(StorageError):
+    """Another process has this embedded cache directory open."""
+
+
+class DirectoryLock:
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._released = False
+
+    @classmethod
+    def acquire(cls, directory: str) -> "DirectoryLock":
+        real = str(Path(directory).resolve())
+        with _lock:
+            held = _held.get(real)
+            if held is not None:
+                held[1] += 1
+                return cls(real)
+            os.makedirs(real, exist_ok=True)
+            fd = _lock_file(real)
+            _held[real] = [fd, 1]
+        return cls(real)
+
+    def release(self) -> None:
+        with _lock:
+            if self._released:
+                return
+            self._released = True
+            held = _held.get(self.path)
+            if held is None:
+                return
+            held[1] -= 1
+            if held[1] == 0:
+                del _held[self.path]
+                if held[0] >= 0:
+                    os.close(held[0])  # closing the descriptor drops the flock
+
+
+def _lock_file(directory: str) -> int:
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - not POSIX: Chroma's own rules apply
+        log.debug("no flock on this platform: %s is not protected against a second process", directory)
+        return -1
+    lock_path = os.path.join(directory, LOCK_NAME)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        owner = _owner(fd)
+        os.close(fd)
+        raise DirectoryInUseError(
+            f"the cache directory {directory!r} is in use by another process{owner}. Chroma's embedded "
+            "mode is single-process: share one cache between processes through a Chroma server "
+            "(`chroma run --path DIR --host 127.0.0.1 --port 8000`, then chroma_host='127.0.0.1'), or give "
+            "each process its own persist_directory."
+        ) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def _owner(fd: int) -> str:
+    try:
+        pid = os.pread(fd, 32, 0).decode().strip()
+    except OSError:
+        return ""
+    return f" (pid {pid})" if pid.isdigit() else ""
+
+
+def held_directories() -> list[str]:
+    """Directories this process holds (for tests and diagnostics)."""
+    with _lock:
+        return sorted(_held)
+
+
+__all__ = ["DirectoryLock", "DirectoryInUseError", "LOCK_NAME", "held_directories"]
