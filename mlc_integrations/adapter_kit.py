@@ -111,8 +111,11 @@ class FailOpen:
         (counted in ``unreadable_entries``; strict raises :class:`PayloadError`)."""
         self.attempt("could not delete an unreadable cache entry", engine.delete, hit.entry_id,
                      error=PayloadError, level=logging.WARNING, outcome="the next lookup tries again")
-        self.fail(f"cache entry {hit.entry_id[:12]} is unreadable", exc, counter="unreadable_entries",
-                  error=PayloadError, level=logging.WARNING, outcome="treated as a miss")
+        # always wrapped, even an MLCError: the error must name the entry, not only the reason
+        unreadable = PayloadError(f"cache entry {hit.entry_id[:12]} is unreadable: {type(exc).__name__}: {exc}")
+        unreadable.__cause__ = exc
+        self.fail("cache entry not used", unreadable, counter="unreadable_entries", level=logging.WARNING,
+                  outcome="treated as a miss")
 
 
 # ---------------------------------------------------------------------------- lookup tracking

@@ -500,6 +500,15 @@ def test_unreadable_entry_is_a_miss_and_removed(cache: MultimodalSemanticCache) 
     assert cache.stats()["langchain"]["unreadable_entries"] == 1 and cache.engine.count() == 0
 
 
+def test_unreadable_entry_in_strict_mode_is_removed_then_raises(make_engine: Callable[..., MLCEngine]) -> None:
+    cache = MultimodalSemanticCache(make_engine(strict=True))
+    req, _ = cache.request("Plain prompt", LLM_STRING)
+    cache.engine.update(req, {"something": "else"})
+    with pytest.raises(PayloadError, match=r"cache entry \w+ is unreadable"):
+        cache.lookup("Plain prompt", LLM_STRING)
+    assert cache.engine.count() == 0  # the next call can store its answer
+
+
 # ---------------------------------------------------------------------------- plain LLMs and text
 def test_plain_llm_round_trip(global_cache: MultimodalSemanticCache) -> None:
     llm = CountingLLM(responses=["Paris", "Rome"])

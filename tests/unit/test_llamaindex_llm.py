@@ -27,7 +27,7 @@ from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.schema import ImageDocument, ImageNode
 from PIL import Image
 
-from mlc_integrations import ImageDecodeError, InvalidRequestError
+from mlc_integrations import ImageDecodeError, InvalidRequestError, PayloadError
 from mlc_integrations.llamaindex import CachedFunctionCallingLLM, CachedMultiModalLLM, llm_scope
 from tests.helpers import pattern, png_bytes
 from tests.unit._fake_llms import BLUE, PARAPHRASE, QUESTION, RED, StreamBroke, VisionEchoLLM, image_doc, user
@@ -423,6 +423,16 @@ def test_unreadable_entry_is_removed_and_the_call_goes_on(cached, inner) -> None
     assert cached.stats()["llamaindex"]["unreadable_entries"] == 1
     cached.chat(msgs)
     assert cached.last_hit is not None and inner.calls == ["chat"]
+
+
+def test_unreadable_entry_in_strict_mode_is_removed_then_raises(make_engine) -> None:
+    """The same policy as the LangChain cache: strict mode says so, after deleting the entry."""
+    strict = CachedMultiModalLLM(llm=VisionEchoLLM(), engine=make_engine(enable_l2=False), strict=True)
+    msgs = user(QUESTION, RED)
+    strict.engine.update(strict._chat_request(msgs, {}), {"kind": "something else"})
+    with pytest.raises(PayloadError, match="is unreadable"):
+        strict.chat(msgs)
+    assert strict.engine.count() == 0 and strict.llm.calls == []
 
 
 def test_response_kwargs_round_trip_types(cached) -> None:
