@@ -81,7 +81,7 @@ class FailOpen:
     def fail(self, what: str, exc: BaseException, *, counter: Optional[str] = None,
              error: type[MLCError] = InvalidRequestError, level: Optional[int] = None,
              outcome: str = "") -> None:
-        """Call from an ``except`` block. Strict: re-raise an :class:`MLCError` as is, wrap
+        """Handle the failure ``exc``. Strict: re-raise an :class:`MLCError` as is, wrap
         anything else in ``error``. Otherwise log ``what`` and the ``outcome`` (what
         happens instead) at ``level``: INFO for an expected :class:`MLCError`, WARNING
         for anything else (a bug here or in the framework)."""
