@@ -8,6 +8,9 @@ The LangChain and LlamaIndex adapters convert their message types into
 * every other message is context, compared exactly: the messages before it, and
   also any after it (an AI tool call and its tool result following the last user
   turn), so that an agent's next step never reuses the answer to its first.
+
+What else both adapters share (the fail-open/strict policy, counters, per-call
+lookup tracking) is :mod:`mlc_integrations.adapter_kit`.
 """
 
 from __future__ import annotations

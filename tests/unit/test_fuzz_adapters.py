@@ -20,6 +20,10 @@ Two kinds of input:
 
 Budgets: CI runs :data:`CI_EXAMPLES` examples per property (deterministic, 80 for the cheap
 LlamaIndex hostile-message property); the soak (``-m slow``) :data:`SOAK_EXAMPLES` each, random.
+
+Each no-wrong-hit test starts from an empty cache and checks, with its own ledger, that
+its examples hit on several tiers (the property was not vacuous), so any test of this
+module runs alone, under ``-k`` and in any order.
 """
 
 from __future__ import annotations
@@ -199,6 +203,11 @@ class Ledger:
             assert stored.text == probe.text, where
         self.tiers[tier] = self.tiers.get(tier, 0) + 1
 
+    def assert_hits_on_several_tiers(self) -> None:
+        """The no-wrong-hit property was not vacuous: its examples hit, and not only exactly."""
+        assert self.tiers.get("L0.5", 0) > 10, self.tiers
+        assert self.tiers.get("L1", 0) + self.tiers.get("L2", 0) > 0, self.tiers
+
 
 # ---------------------------------------------------------------------- shared engine
 @pytest.fixture(scope="module")
@@ -266,11 +275,6 @@ def lc_caches(engine: MLCEngine) -> dict[str, MultimodalSemanticCache]:
     return {t: MultimodalSemanticCache(engine=engine, namespace=t) for t in TENANTS}
 
 
-@pytest.fixture(scope="module")
-def lc_ledger() -> Ledger:
-    return Ledger()
-
-
 def lc_round(caches: dict[str, MultimodalSemanticCache], ledger: Ledger, msgs: tuple[Msg, ...], scope: str,
              tenant: str) -> None:
     cache = caches[tenant]
@@ -290,27 +294,40 @@ def other(values: Sequence[str], value: str) -> str:
     return values[(list(values).index(value) + 1) % len(values)]
 
 
-@CI
-@given(convs=st.lists(st.tuples(messages(LC_FORMS), st.sampled_from(LC_SCOPES), st.sampled_from(TENANTS),
-                                st.sampled_from(VARIANTS), st.sampled_from(LC_FORMS)), min_size=1, max_size=3))
-def test_langchain_never_hits_another_request(lc_caches: Any, lc_ledger: Ledger, convs: list[Any]) -> None:
-    for msgs, scope, tenant, variant, form in convs:
-        lc_round(lc_caches, lc_ledger, msgs, scope, tenant)
-        lc_round(lc_caches, lc_ledger, msgs, scope, tenant)  # asked again: a hit, unless there is nothing to key
-        if keyable(msgs):
-            assert lc_caches[tenant].last_hit is not None, "the same prompt twice did not hit"
-        first, second = variant_pair(msgs, variant, form)
-        lc_round(lc_caches, lc_ledger, first, scope, tenant)
-        lc_round(lc_caches, lc_ledger, second, other(LC_SCOPES, scope) if variant == "other_scope" else scope,
-                 other(TENANTS, tenant) if variant == "other_tenant" else tenant)
+LC_CONVERSATIONS = st.lists(st.tuples(messages(LC_FORMS), st.sampled_from(LC_SCOPES), st.sampled_from(TENANTS),
+                                      st.sampled_from(VARIANTS), st.sampled_from(LC_FORMS)), min_size=1, max_size=3)
+
+
+def langchain_never_hits_another_request(budget: settings, caches: dict[str, MultimodalSemanticCache]) -> Ledger:
+    """The property over ``budget`` examples, from an empty cache (every stored answer is
+    in the returned ledger)."""
+    caches["default"].engine.clear()
+    ledger = Ledger()
+
+    @budget
+    @given(convs=LC_CONVERSATIONS)
+    def prop(convs: list[Any]) -> None:
+        for msgs, scope, tenant, variant, form in convs:
+            lc_round(caches, ledger, msgs, scope, tenant)
+            lc_round(caches, ledger, msgs, scope, tenant)  # asked again: a hit, unless there is nothing to key
+            if keyable(msgs):
+                assert caches[tenant].last_hit is not None, "the same prompt twice did not hit"
+            first, second = variant_pair(msgs, variant, form)
+            lc_round(caches, ledger, first, scope, tenant)
+            lc_round(caches, ledger, second, other(LC_SCOPES, scope) if variant == "other_scope" else scope,
+                     other(TENANTS, tenant) if variant == "other_tenant" else tenant)
+
+    prop()
+    return ledger
+
+
+def test_langchain_never_hits_another_request(lc_caches: dict[str, MultimodalSemanticCache]) -> None:
+    langchain_never_hits_another_request(CI, lc_caches).assert_hits_on_several_tiers()
 
 
 @pytest.mark.slow
-@SOAK
-@given(convs=st.lists(st.tuples(messages(LC_FORMS), st.sampled_from(LC_SCOPES), st.sampled_from(TENANTS),
-                                st.sampled_from(VARIANTS), st.sampled_from(LC_FORMS)), min_size=1, max_size=3))
-def test_langchain_never_hits_another_request_soak(lc_caches: Any, lc_ledger: Ledger, convs: Any) -> None:
-    test_langchain_never_hits_another_request.hypothesis.inner_test(lc_caches, lc_ledger, convs)
+def test_langchain_never_hits_another_request_soak(lc_caches: dict[str, MultimodalSemanticCache]) -> None:
+    langchain_never_hits_another_request(SOAK, lc_caches).assert_hits_on_several_tiers()
 
 
 # hostile LangChain prompts ------------------------------------------------------------
@@ -447,21 +464,20 @@ def to_llamaindex(msgs: Sequence[Msg], files: list[Path]) -> list[ChatMessage]:
 
 
 @pytest.fixture(scope="module")
-def li_setup(engine: MLCEngine) -> tuple[dict[tuple[str, str], CachedMultiModalLLM], Ledger]:
-    ledger = Ledger()
+def li_wrappers(engine: MLCEngine) -> dict[tuple[str, str], CachedMultiModalLLM]:
     wrappers = {}
     for model in ("ledger-a", "ledger-b"):
         inner = LedgerLLM(model=model)
-        inner._ledger = ledger
         for t in TENANTS:
             wrappers[(model, t)] = CachedMultiModalLLM(llm=inner, engine=engine, namespace=t)
-    return wrappers, ledger
+    return wrappers
 
 
-def li_round(setup: Any, files: list[Path], msgs: tuple[Msg, ...], model: str, tenant: str) -> Optional[str]:
-    wrappers, ledger = setup
+def li_round(wrappers: dict[tuple[str, str], CachedMultiModalLLM], ledger: Ledger, files: list[Path],
+             msgs: tuple[Msg, ...], model: str, tenant: str) -> Optional[str]:
     cached = wrappers[(model, tenant)]
     probe = identity(msgs, model, tenant)
+    cached.llm._ledger = ledger
     cached.llm._current = probe
     response = cached.chat(to_llamaindex(msgs, files))
     hit = cached.last_hit
@@ -472,28 +488,40 @@ def li_round(setup: Any, files: list[Path], msgs: tuple[Msg, ...], model: str, t
 
 
 LI_MODELS = ["ledger-a", "ledger-b"]
+LI_CONVERSATIONS = st.lists(st.tuples(messages(LI_FORMS), st.sampled_from(LI_MODELS), st.sampled_from(TENANTS),
+                                      st.sampled_from(VARIANTS), st.sampled_from(LI_FORMS)), min_size=1, max_size=3)
 
 
-@CI
-@given(convs=st.lists(st.tuples(messages(LI_FORMS), st.sampled_from(LI_MODELS), st.sampled_from(TENANTS),
-                                st.sampled_from(VARIANTS), st.sampled_from(LI_FORMS)), min_size=1, max_size=3))
-def test_llamaindex_never_hits_another_request(li_setup: Any, picture_files: list[Path], convs: Any) -> None:
-    for msgs, model, tenant, variant, form in convs:
-        li_round(li_setup, picture_files, msgs, model, tenant)
-        tier = li_round(li_setup, picture_files, msgs, model, tenant)
-        assert tier is not None or not keyable(msgs), "asked twice, no hit"
-        first, second = variant_pair(msgs, variant, form)
-        li_round(li_setup, picture_files, first, model, tenant)
-        li_round(li_setup, picture_files, second, other(LI_MODELS, model) if variant == "other_scope" else model,
-                 other(TENANTS, tenant) if variant == "other_tenant" else tenant)
+def llamaindex_never_hits_another_request(budget: settings, wrappers: dict[tuple[str, str], CachedMultiModalLLM],
+                                          files: list[Path]) -> Ledger:
+    """The property over ``budget`` examples, from an empty cache (every stored answer is
+    in the returned ledger)."""
+    wrappers[(LI_MODELS[0], TENANTS[0])].engine.clear()
+    ledger = Ledger()
+
+    @budget
+    @given(convs=LI_CONVERSATIONS)
+    def prop(convs: list[Any]) -> None:
+        for msgs, model, tenant, variant, form in convs:
+            li_round(wrappers, ledger, files, msgs, model, tenant)
+            tier = li_round(wrappers, ledger, files, msgs, model, tenant)
+            assert tier is not None or not keyable(msgs), "asked twice, no hit"
+            first, second = variant_pair(msgs, variant, form)
+            li_round(wrappers, ledger, files, first, model, tenant)
+            li_round(wrappers, ledger, files, second, other(LI_MODELS, model) if variant == "other_scope" else model,
+                     other(TENANTS, tenant) if variant == "other_tenant" else tenant)
+
+    prop()
+    return ledger
+
+
+def test_llamaindex_never_hits_another_request(li_wrappers: Any, picture_files: list[Path]) -> None:
+    llamaindex_never_hits_another_request(CI, li_wrappers, picture_files).assert_hits_on_several_tiers()
 
 
 @pytest.mark.slow
-@SOAK
-@given(convs=st.lists(st.tuples(messages(LI_FORMS), st.sampled_from(LI_MODELS), st.sampled_from(TENANTS),
-                                st.sampled_from(VARIANTS), st.sampled_from(LI_FORMS)), min_size=1, max_size=3))
-def test_llamaindex_never_hits_another_request_soak(li_setup: Any, picture_files: list[Path], convs: Any) -> None:
-    test_llamaindex_never_hits_another_request.hypothesis.inner_test(li_setup, picture_files, convs)
+def test_llamaindex_never_hits_another_request_soak(li_wrappers: Any, picture_files: list[Path]) -> None:
+    llamaindex_never_hits_another_request(SOAK, li_wrappers, picture_files).assert_hits_on_several_tiers()
 
 
 # hostile LlamaIndex messages -----------------------------------------------------------
@@ -529,22 +557,12 @@ odd_kwargs = st.one_of(
 @settings(CI, max_examples=2 * CI_EXAMPLES)
 @given(blocks=st.lists(hostile_li_block, min_size=1, max_size=3), role=st.sampled_from(list(LI_ROLES.values())),
        extra=odd_kwargs, kwargs=st.one_of(st.just({}), odd_kwargs))
-def test_llamaindex_hostile_messages_never_raise(li_setup: Any, blocks: list[Any], role: MessageRole,
+def test_llamaindex_hostile_messages_never_raise(li_wrappers: Any, blocks: list[Any], role: MessageRole,
                                                  extra: dict[str, Any], kwargs: dict[str, Any]) -> None:
-    wrappers, _ = li_setup
-    cached = wrappers[("ledger-a", "default")]
+    cached = li_wrappers[("ledger-a", "default")]
     cached.llm._current = None
     msgs = [ChatMessage(role=MessageRole.SYSTEM, content="be brief"),
             ChatMessage(role=role, blocks=blocks, additional_kwargs=extra)]
     first = cached.chat(msgs, **kwargs)
     second = cached.chat(msgs, **kwargs)
     assert first.message.content == second.message.content == "no answer"
-
-
-def test_the_no_wrong_hit_properties_saw_hits_on_several_tiers(lc_ledger: Ledger, li_setup: Any) -> None:
-    """Runs after the property tests in this module: their checks were not vacuous."""
-    _, li_ledger = li_setup
-    print(f"fuzz hits by tier: langchain {lc_ledger.tiers}, llamaindex {li_ledger.tiers}")
-    for ledger in (lc_ledger, li_ledger):
-        assert ledger.tiers.get("L0.5", 0) > 10, ledger.tiers
-        assert ledger.tiers.get("L1", 0) + ledger.tiers.get("L2", 0) > 0, ledger.tiers

@@ -310,6 +310,55 @@ def test_last_hit_is_per_thread(cache: MultimodalSemanticCache) -> None:
     assert cache.last_hit is None  # this thread's last lookup was the first call's miss
 
 
+async def test_last_hit_after_ainvoke_is_that_calls_outcome(cache: MultimodalSemanticCache) -> None:
+    """``ainvoke`` looks up in a task LangChain creates: the caller sees that lookup, never
+    its own previous sync call's hit; and sync again after async."""
+    model = CountingChatModel(cache=cache)
+    model.invoke(ask("What color is the shape?", RED_PNG))
+    model.invoke(ask("What color is the shape?", RED_PNG))
+    assert cache.last_hit is not None
+    await model.ainvoke(ask("How many corners does it have?", BLUE_PNG))  # a new question: a miss
+    assert cache.last_hit is None and cache.last_lookup.text == "How many corners does it have?"
+    await model.ainvoke(ask("How many corners does it have?", BLUE_PNG))
+    assert cache.last_hit is not None and cache.last_hit.tier == "L0.5"
+    model.invoke(ask("Describe the background.", BLUE_PNG))
+    assert cache.last_hit is None and model.calls == 3
+
+
+def test_last_hit_after_asyncio_run_is_that_calls_outcome(cache: MultimodalSemanticCache) -> None:
+    model = CountingChatModel(cache=cache)
+    model.invoke(ask("What color is the shape?", RED_PNG))
+    model.invoke(ask("What color is the shape?", RED_PNG))
+    assert cache.last_hit is not None
+    asyncio.run(model.ainvoke(ask("How many corners does it have?", BLUE_PNG)))
+    assert cache.last_hit is None and model.calls == 2
+
+
+def test_answer_given_to_the_engine_is_the_text_the_user_reads(cache: MultimodalSemanticCache,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """The verifier compares answers: the adapter hands the engine the generations' text,
+    never LangChain's serialized payload."""
+    answers: list[Optional[str]] = []
+    update = cache.engine.update
+
+    def spy(request: Any, payload: Any, **kw: Any) -> Any:
+        answers.append(kw.get("answer"))
+        return update(request, payload, **kw)
+
+    monkeypatch.setattr(cache.engine, "update", spy)
+    blocks = AIMessage(content=[{"type": "text", "text": "The shape is "},
+                                {"type": "reasoning", "reasoning": "red dominates"}, {"type": "text", "text": "red."}])
+    tool_call_only = AIMessage(content="", tool_calls=[_tool_call("Oslo", "c1")])
+    model = CountingChatModel(cache=cache, script=[blocks, tool_call_only])
+    reply = model.invoke(ask("What color is the shape?", RED_PNG))
+    assert answers == [reply.text] == ["The shape is red."]
+    model.invoke(ask("What is the weather in Oslo?"))
+    assert answers[-1] == ""  # a tool call alone: nothing a user reads
+    llm = CountingLLM(responses=["Paris"], cache=cache)
+    assert llm.invoke("Capital of France?") == "Paris"
+    assert answers == ["The shape is red.", "", "Paris"]
+
+
 # ---------------------------------------------------------------------------- image forms
 @pytest.mark.parametrize("form", sorted(IMAGE_FORMS))
 def test_each_image_form_hits_through_a_model(form: str, global_cache: MultimodalSemanticCache) -> None:
@@ -449,6 +498,15 @@ def test_unreadable_entry_is_a_miss_and_removed(cache: MultimodalSemanticCache) 
     cache.engine.update(req, {"something": "else"})  # written by another program
     assert cache.lookup("Plain prompt", LLM_STRING) is None
     assert cache.stats()["langchain"]["unreadable_entries"] == 1 and cache.engine.count() == 0
+
+
+def test_unreadable_entry_in_strict_mode_is_removed_then_raises(make_engine: Callable[..., MLCEngine]) -> None:
+    cache = MultimodalSemanticCache(make_engine(strict=True))
+    req, _ = cache.request("Plain prompt", LLM_STRING)
+    cache.engine.update(req, {"something": "else"})
+    with pytest.raises(PayloadError, match=r"cache entry \w+ is unreadable"):
+        cache.lookup("Plain prompt", LLM_STRING)
+    assert cache.engine.count() == 0  # the next call can store its answer
 
 
 # ---------------------------------------------------------------------------- plain LLMs and text

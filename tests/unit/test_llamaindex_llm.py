@@ -1,169 +1,36 @@
 """CachedMultiModalLLM with real llama-index-core objects: every endpoint, image forms,
 legacy image_documents, scope, streams, fail-open.
 
-The inner LLM is a small ``CustomLLM`` that really looks at the picture (its dominant
-colour) and the question, and counts every call it receives.
+The inner LLM is ``tests.unit._fake_llms.VisionEchoLLM``: a small ``CustomLLM`` that
+really looks at the picture (its dominant colour) and the question, and counts every
+call it receives.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
-import re
-from typing import Any, AsyncGenerator, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import pytest
 from llama_index.core.base.llms.types import (
     ChatMessage,
     ChatResponse,
-    ChatResponseAsyncGen,
-    ChatResponseGen,
-    CompletionResponse,
-    CompletionResponseGen,
     ImageBlock,
-    LLMMetadata,
     MessageRole,
     TextBlock,
+    ToolCallBlock,
 )
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
-from llama_index.core.llms import CustomLLM
-from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.callbacks import llm_chat_callback
 from llama_index.core.llms.llm import ToolSelection
 from llama_index.core.schema import ImageDocument, ImageNode
 from PIL import Image
 
-from mlc_integrations import ImageDecodeError, InvalidRequestError
+from mlc_integrations import ImageDecodeError, InvalidRequestError, PayloadError
 from mlc_integrations.llamaindex import CachedFunctionCallingLLM, CachedMultiModalLLM, llm_scope
-from tests.helpers import pattern, png_bytes, solid
-
-RED = solid((220, 30, 30))
-BLUE = solid((30, 30, 220))
-QUESTION = "What color is the shape?"
-PARAPHRASE = "What is the color of the shape?"
-
-
-def colour_name(img: Image.Image) -> str:
-    r, g, b = img.convert("RGB").resize((1, 1)).getpixel((0, 0))
-    return {0: "red", 1: "green", 2: "blue"}[max(range(3), key=lambda i: (r, g, b)[i])]
-
-
-def describe(messages: Sequence[ChatMessage]) -> str:
-    """The fake model's answer: colours of the last user message's pictures + its question."""
-    user = [m for m in messages if m.role == MessageRole.USER][-1]
-    seen = []
-    for block in user.blocks:
-        if isinstance(block, ImageBlock):
-            if block.image is not None or block.path is not None or str(block.url or "").startswith("data:"):
-                seen.append(colour_name(Image.open(block.resolve_image())))
-            else:  # never fetch: a remote picture is described by its address
-                seen.append(f"picture at {block.url}")
-    question = " ".join(b.text for b in user.blocks if isinstance(b, TextBlock))
-    return f"I see {', '.join(seen) or 'no picture'}. You asked: {question}"
-
-
-class StreamBroke(RuntimeError):
-    pass
-
-
-class VisionEchoLLM(CustomLLM):
-    """A multimodal test LLM that answers from the image and the text and counts calls."""
-
-    model: str = "vision-echo-1"
-    temperature: float = 0.0
-    api_key: str = Field(default="sk-test-secret", description="must never reach the scope")
-    fail_stream_after: Optional[int] = None
-    _calls: list = PrivateAttr(default_factory=list)
-
-    @property
-    def calls(self) -> list[str]:
-        return self._calls
-
-    @classmethod
-    def class_name(cls) -> str:
-        return "VisionEchoLLM"
-
-    @property
-    def metadata(self) -> LLMMetadata:
-        return LLMMetadata(model_name=self.model, is_chat_model=True, context_window=4096)
-
-    def _pieces(self, text: str) -> list[str]:
-        return re.findall(r"\S+\s*", text)
-
-    def _chat_stream(self, text: str) -> ChatResponseGen:
-        so_far = ""
-        for i, piece in enumerate(self._pieces(text)):
-            if self.fail_stream_after is not None and i >= self.fail_stream_after:
-                raise StreamBroke("connection reset mid-stream")
-            so_far += piece
-            yield ChatResponse(message=ChatMessage(role="assistant", content=so_far), delta=piece,
-                               raw={"chunk": i})
-
-    @llm_chat_callback()
-    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        self._calls.append("chat")
-        text = describe(messages)
-        return ChatResponse(
-            message=ChatMessage(role="assistant", content=text, additional_kwargs={"model": self.model}),
-            raw={"id": "resp-1"},
-            additional_kwargs={"usage": {"prompt_tokens": 12, "completion_tokens": len(text.split())}},
-        )
-
-    @llm_chat_callback()
-    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-        self._calls.append("achat")
-        return ChatResponse(message=ChatMessage(role="assistant", content=describe(messages)))
-
-    @llm_chat_callback()
-    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
-        self._calls.append("stream_chat")
-        return self._chat_stream(describe(messages))
-
-    @llm_chat_callback()
-    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
-        self._calls.append("astream_chat")
-        text = describe(messages)
-
-        async def gen() -> AsyncGenerator[ChatResponse, None]:
-            for chunk in self._chat_stream(text):
-                yield chunk
-
-        return gen()
-
-    @llm_completion_callback()
-    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        self._calls.append("complete")
-        return CompletionResponse(text=f"Completion of: {prompt}")
-
-    @llm_completion_callback()
-    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
-        self._calls.append("stream_complete")
-        text = f"Completion of: {prompt}"
-
-        def gen() -> CompletionResponseGen:
-            so_far = ""
-            for i, piece in enumerate(self._pieces(text)):
-                if self.fail_stream_after is not None and i >= self.fail_stream_after:
-                    raise StreamBroke("connection reset mid-stream")
-                so_far += piece
-                yield CompletionResponse(text=so_far, delta=piece)
-
-        return gen()
-
-    @llm_completion_callback()
-    async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        self._calls.append("acomplete")
-        return CompletionResponse(text=f"Completion of: {prompt}")
-
-
-def user(question: str, *images: Any) -> list[ChatMessage]:
-    blocks: list[Any] = [ImageBlock(image=png_bytes(im)) if isinstance(im, Image.Image) else im for im in images]
-    blocks.append(TextBlock(text=question))
-    return [ChatMessage(role="user", blocks=blocks)]
-
-
-def image_doc(img: Image.Image) -> ImageDocument:
-    return ImageDocument(image=base64.b64encode(png_bytes(img)).decode())
-
+from tests.helpers import pattern, png_bytes
+from tests.unit._fake_llms import BLUE, PARAPHRASE, QUESTION, RED, StreamBroke, VisionEchoLLM, image_doc, user
 
 MODES = ["chat", "achat", "stream_chat", "astream_chat", "complete", "acomplete", "stream_complete", "astream_complete"]
 
@@ -263,6 +130,56 @@ def test_chat_and_complete_never_share_entries(cached, inner) -> None:
     cached.chat(user(QUESTION, RED))
     cached.complete(QUESTION, image_documents=[image_doc(RED)])
     assert inner.calls == ["chat", "chat"]  # complete with images goes to chat, keyed apart
+
+
+# ---------------------------------------------------------------------- hit details and answers
+async def test_last_hit_after_a_call_in_a_child_task_is_that_calls(cached, inner) -> None:
+    """Agents and workflows call the LLM from tasks of their own: the caller sees that
+    call's outcome, never its own previous (sync) call's hit."""
+    cached.chat(user(QUESTION, RED))
+    cached.chat(user(QUESTION, RED))
+    assert cached.last_hit is not None
+    await asyncio.create_task(cached.achat(user(QUESTION, BLUE)))  # a new question: a miss
+    assert cached.last_hit is None and cached.last_lookup.kind == "chat"
+    await asyncio.gather(cached.achat(user(QUESTION, BLUE)))
+    assert cached.last_hit is not None and cached.last_hit.tier == "L0.5"
+    cached.complete("Say hi")
+    assert cached.last_hit is None and cached.last_lookup.kind == "complete" and len(inner.calls) == 3
+
+
+@pytest.fixture
+def answers(cached, monkeypatch) -> list[Optional[str]]:
+    """Every ``answer`` the wrapper hands ``engine.update``."""
+    seen: list[Optional[str]] = []
+    update = cached.engine.update
+
+    def spy(request: Any, payload: Any, **kw: Any) -> Any:
+        seen.append(kw.get("answer"))
+        return update(request, payload, **kw)
+
+    monkeypatch.setattr(cached.engine, "update", spy)
+    return seen
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_answer_given_to_the_engine_is_the_text_the_user_reads(mode, cached, answers) -> None:
+    """The verifier compares answers: chat, completion and finished streams hand the
+    engine the response text, never the stored JSON payload."""
+    text = await ask(cached, mode, QUESTION, RED)
+    assert answers == [text] and text.startswith("I see red.")
+
+
+def test_answer_of_a_message_with_several_blocks_is_its_content(cached, answers) -> None:
+    class TwoParagraphs(VisionEchoLLM):
+        @llm_chat_callback()
+        def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+            blocks = [TextBlock(text="The shape is red."), ToolCallBlock(tool_name="lookup", tool_kwargs={}),
+                      TextBlock(text="It is a square.")]
+            return ChatResponse(message=ChatMessage(role="assistant", blocks=blocks))
+
+    llm = CachedMultiModalLLM(llm=TwoParagraphs(), engine=cached.engine)
+    response = llm.chat(user(QUESTION, RED))
+    assert answers == [response.message.content] == ["The shape is red.\nIt is a square."]
 
 
 # ---------------------------------------------------------------------- legacy image_documents
@@ -506,6 +423,16 @@ def test_unreadable_entry_is_removed_and_the_call_goes_on(cached, inner) -> None
     assert cached.stats()["llamaindex"]["unreadable_entries"] == 1
     cached.chat(msgs)
     assert cached.last_hit is not None and inner.calls == ["chat"]
+
+
+def test_unreadable_entry_in_strict_mode_is_removed_then_raises(make_engine) -> None:
+    """The same policy as the LangChain cache: strict mode says so, after deleting the entry."""
+    strict = CachedMultiModalLLM(llm=VisionEchoLLM(), engine=make_engine(enable_l2=False), strict=True)
+    msgs = user(QUESTION, RED)
+    strict.engine.update(strict._chat_request(msgs, {}), {"kind": "something else"})
+    with pytest.raises(PayloadError, match="is unreadable"):
+        strict.chat(msgs)
+    assert strict.engine.count() == 0 and strict.llm.calls == []
 
 
 def test_response_kwargs_round_trip_types(cached) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import uuid
-from typing import Any, AsyncGenerator, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Union
 
 import pytest
 from llama_index.core.agent.workflow import FunctionAgent, ReActAgent
@@ -40,7 +40,7 @@ from llama_index.core.tools import FunctionTool
 
 from mlc_integrations.llamaindex import CachedFunctionCallingLLM, CachedMultiModalLLM
 from tests.helpers import solid
-from tests.unit.test_llamaindex_llm import RED, QUESTION, VisionEchoLLM, describe, user
+from tests.unit._fake_llms import QUESTION, RED, VisionEchoLLM, as_async, chat_stream, completion_stream, describe, user
 
 
 def multiply(a: int, b: int) -> int:
@@ -113,29 +113,17 @@ class ToolVisionLLM(FunctionCallingLLM):
         self._calls.append("achat")
         return ChatResponse(message=self._respond(messages, kwargs.get("tools")))
 
-    def _stream(self, message: ChatMessage) -> ChatResponseGen:
-        text = message.content or ""
-        so_far = ""
-        for piece in re.findall(r"\S+\s*", text):
-            so_far += piece
-            yield ChatResponse(message=ChatMessage(role="assistant", content=so_far), delta=piece)
-        yield ChatResponse(message=message, delta="")
-
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         self._calls.append("stream_chat")
-        return self._stream(self._respond(messages, kwargs.get("tools")))
+        message = self._respond(messages, kwargs.get("tools"))
+        return chat_stream(message.content or "", final=message)
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
         self._calls.append("astream_chat")
         message = self._respond(messages, kwargs.get("tools"))
-
-        async def gen() -> AsyncGenerator[ChatResponse, None]:
-            for c in self._stream(message):
-                yield c
-
-        return gen()
+        return as_async(chat_stream(message.content or "", final=message))
 
     @llm_completion_callback()
     def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
@@ -145,7 +133,7 @@ class ToolVisionLLM(FunctionCallingLLM):
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
         self._calls.append("stream_complete")
-        return iter([CompletionResponse(text=f"Completion of: {prompt}", delta=f"Completion of: {prompt}")])
+        return completion_stream(f"Completion of: {prompt}")
 
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
@@ -153,11 +141,7 @@ class ToolVisionLLM(FunctionCallingLLM):
 
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
-        async def gen() -> AsyncGenerator[CompletionResponse, None]:
-            for c in self.stream_complete(prompt, formatted=formatted, **kwargs):
-                yield c
-
-        return gen()
+        return as_async(self.stream_complete(prompt, formatted=formatted, **kwargs))
 
     def _prepare_chat_with_tools(
         self,

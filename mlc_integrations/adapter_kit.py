@@ -1,0 +1,240 @@
+"""What the LangChain and LlamaIndex adapters share besides the conversation model
+(:mod:`mlc_integrations.conversation`): one failure policy, their counters, and one
+convention for per-call lookup tracking (``last_hit``, ``last_lookup``, ``track()``).
+
+Failure policy (:class:`FailOpen`): input an adapter cannot key, a response it cannot
+store, an entry it cannot read -- in strict mode a typed :class:`MLCError`; otherwise a
+counted, logged no-op, and the user's LLM call goes on as if the cache were not there.
+
+Tracking (:class:`LookupTracking`): ContextVars are created once, here, at module level
+(a ContextVar per adapter instance would be kept alive, with its last value, by every
+context that ever set it -- the main thread's for the life of the process).
+The variable holds a mutable slot per context. A lookup made in a child task or thread
+(LangChain's ``ainvoke``/``batch`` look up there, agents call LlamaIndex from theirs)
+writes its record into its own slot and into every slot it inherited, so the context
+that started the call sees it: ``last_hit`` after an ``ainvoke`` of a new question is
+that question's outcome, never an earlier call's. A context holds a slot from its
+first lookup on, or inherits one from the context it was started from; before that
+there is nothing to report back to, and ``last_hit`` is None. Sibling tasks each read
+their own lookups; callers that share one parent context and did no lookup themselves
+see the latest of their children, so concurrent callers use :meth:`LookupTracking.track`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TypeVar
+
+from .errors import InvalidRequestError, MLCError, PayloadError
+from .request import CacheRequest, Hit
+
+if TYPE_CHECKING:
+    from .engine import MLCEngine
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------- counters
+class Counters:
+    """Thread-safe named counters of one adapter; ``names`` are reported even at zero."""
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, int] = {n: 0 for n in names}
+
+    def incr(self, name: str) -> None:
+        with self._lock:
+            self._counts[name] = self._counts.get(name, 0) + 1
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def merged(self, engine_stats: dict[str, Any], section: str, **extra: Any) -> dict[str, Any]:
+        """``engine_stats`` with this adapter's counts under ``section``; ``lookups`` is
+        ``hits + misses``, as in the engine's own numbers."""
+        counts = self.snapshot()
+        counts["lookups"] = counts.get("hits", 0) + counts.get("misses", 0)
+        engine_stats[section] = {**counts, **extra}
+        return engine_stats
+
+
+# ---------------------------------------------------------------------------- failure policy
+class FailOpen:
+    """The adapters' one answer to "this cannot be cached": count it, then raise a typed
+    error in strict mode or log and carry on.
+
+    ``strict`` is read at each failure (a wrapper's setting may change after it is built).
+    """
+
+    def __init__(self, counters: Counters, strict: Callable[[], bool], log: logging.Logger) -> None:
+        self.counters = counters
+        self._strict = strict
+        self._log = log
+
+    def fail(self, what: str, exc: BaseException, *, counter: Optional[str] = None,
+             error: type[MLCError] = InvalidRequestError, level: Optional[int] = None,
+             outcome: str = "") -> None:
+        """Handle the failure ``exc``. Strict: re-raise an :class:`MLCError` as is, wrap
+        anything else in ``error``. Otherwise log ``what`` and the ``outcome`` (what
+        happens instead) at ``level``: INFO for an expected :class:`MLCError`, WARNING
+        for anything else (a bug here or in the framework)."""
+        if counter is not None:
+            self.counters.incr(counter)
+        if self._strict():
+            if isinstance(exc, MLCError):
+                raise exc
+            raise error(f"{what}: {type(exc).__name__}: {exc}") from exc
+        if level is None:
+            level = logging.INFO if isinstance(exc, MLCError) else logging.WARNING
+        self._log.log(level, "%s%s: %s: %s", what, f" ({outcome})" if outcome else "", type(exc).__name__, exc)
+
+    def attempt(self, what: str, fn: Callable[..., T], *args: Any, counter: Optional[str] = None,
+                error: type[MLCError] = InvalidRequestError, level: Optional[int] = None,
+                outcome: str = "") -> Optional[T]:
+        """``fn(*args)``, or None after :meth:`fail` (fail-open mode)."""
+        try:
+            return fn(*args)
+        except Exception as exc:
+            self.fail(what, exc, counter=counter, error=error, level=level, outcome=outcome)
+            return None
+
+    def unreadable_entry(self, engine: "MLCEngine", hit: Hit, exc: BaseException) -> None:
+        """A stored entry this adapter cannot read (another program's, an older format):
+        delete it so that the call's answer can be stored in its place, then fail
+        (counted in ``unreadable_entries``; strict raises :class:`PayloadError`)."""
+        self.attempt("could not delete an unreadable cache entry", engine.delete, hit.entry_id,
+                     error=PayloadError, level=logging.WARNING, outcome="the next lookup tries again")
+        # always wrapped, even an MLCError: the error must name the entry, not only the reason
+        unreadable = PayloadError(f"cache entry {hit.entry_id[:12]} is unreadable: {type(exc).__name__}: {exc}")
+        unreadable.__cause__ = exc
+        self.fail("cache entry not used", unreadable, counter="unreadable_entries", level=logging.WARNING,
+                  outcome="treated as a miss")
+
+
+# ---------------------------------------------------------------------------- lookup tracking
+@dataclass(frozen=True)
+class LookupRecord:
+    """One lookup as an adapter saw it: ``hit`` is None on a miss; ``kind`` says what was
+    looked up (``"chat"``, ``"text"``, ``"complete"``) or ``"invalid"`` (not keyable)."""
+
+    hit: Optional[Hit]
+    kind: str
+    text: str
+    n_images: int
+    scope: str
+
+    @property
+    def llm_string(self) -> str:
+        """LangChain's name for the scope."""
+        return self.scope
+
+    @classmethod
+    def of(cls, request: Optional[CacheRequest], kind: str, scope: str, hit: Optional[Hit]) -> "LookupRecord":
+        if request is None:
+            return cls(hit, kind, "", 0, scope)
+        return cls(hit, kind, request.text if isinstance(request.text, str) else "",
+                   len(request.images) if isinstance(request.images, (list, tuple)) else 0, scope)
+
+
+@dataclass
+class LookupTracker:
+    """Every lookup of one adapter made inside :meth:`LookupTracking.track`, from any
+    thread or asyncio task started inside the block (they inherit the context)."""
+
+    records: list[LookupRecord] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def _add(self, record: LookupRecord) -> None:
+        with self._lock:
+            self.records.append(record)
+
+    @property
+    def hits(self) -> list[Hit]:
+        return [r.hit for r in self.records if r.hit is not None]
+
+    @property
+    def misses(self) -> int:
+        return sum(1 for r in self.records if r.hit is None)
+
+    @property
+    def last_hit(self) -> Optional[Hit]:
+        return self.records[-1].hit if self.records else None
+
+
+class _Slot:
+    """The latest record per adapter, as seen by the context that owns this slot."""
+
+    __slots__ = ("owner", "records", "parent")
+
+    def __init__(self, owner: tuple[int, int], parent: "Optional[_Slot]") -> None:
+        self.owner = owner
+        self.records: dict[int, LookupRecord] = {}
+        self.parent = parent
+
+
+_SLOT: ContextVar[Optional[_Slot]] = ContextVar("mlc_adapter_lookups", default=None)
+_TRACKERS: ContextVar[tuple[tuple[int, LookupTracker], ...]] = ContextVar("mlc_adapter_trackers", default=())
+_slots_lock = threading.Lock()  # a parent's slot is written from its children's threads
+_adapter_ids = itertools.count(1)
+
+
+def _owner() -> tuple[int, int]:
+    """Who runs now: the thread, and the asyncio task if any. A context copied into a new
+    thread or task has another owner, so it gets a slot of its own (linked to the one it
+    inherited); a context that stays where it is keeps writing its own slot."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running event loop in this thread
+        task = None
+    return threading.get_ident(), id(task) if task is not None else 0
+
+
+class LookupTracking:
+    """Per-call lookup tracking for one adapter instance (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._id = next(_adapter_ids)
+
+    def _write(self, record: LookupRecord) -> None:
+        owner = _owner()
+        slot = _SLOT.get()
+        if slot is None or slot.owner != owner:
+            slot = _Slot(owner, slot)
+            _SLOT.set(slot)
+        with _slots_lock:
+            s: Optional[_Slot] = slot
+            while s is not None:
+                s.records[self._id] = record
+                s = s.parent
+
+    def record(self, record: LookupRecord) -> None:
+        self._write(record)
+        for owner, tracker in _TRACKERS.get():
+            if owner == self._id:
+                tracker._add(record)
+
+    @property
+    def last_lookup(self) -> Optional[LookupRecord]:
+        slot = _SLOT.get()
+        return slot.records.get(self._id) if slot is not None else None
+
+    @property
+    def last_hit(self) -> Optional[Hit]:
+        record = self.last_lookup
+        return record.hit if record is not None else None
+
+    @contextmanager
+    def track(self) -> Iterator[LookupTracker]:
+        tracker = LookupTracker()
+        token = _TRACKERS.set(_TRACKERS.get() + ((self._id, tracker),))
+        try:
+            yield tracker
+        finally:
+            _TRACKERS.reset(token)

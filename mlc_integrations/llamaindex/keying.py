@@ -1,0 +1,184 @@
+"""What of a LlamaIndex call is keyed: messages as framework-neutral turns, keyword
+arguments and tools as deterministic JSON, and the inner LLM's settings as the scope
+(without clients, callbacks or anything that looks like a secret)."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import io
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+from llama_index.core.base.llms.types import ChatMessage, ImageBlock, MessageRole, TextBlock
+from llama_index.core.bridge.pydantic import BaseModel
+from llama_index.core.tools.types import BaseTool
+from llama_index.core.utils import resolve_binary
+
+from ..conversation import Part, Turn
+from ..errors import ImageDecodeError, InvalidRequestError
+from ..images import ImageRef
+
+# Inner-LLM fields that never decide the answer, or must never be written anywhere.
+_TRANSPORT_FIELDS = frozenset({
+    "callback_manager", "rate_limiter", "http_client", "async_http_client", "timeout",
+    "max_retries", "reuse_client", "session", "async_session", "client", "async_client",
+})
+_SECRET_WORDS = frozenset({
+    "key", "secret", "token", "password", "passwd", "credential", "credentials",
+    "auth", "authorization", "header", "headers", "cookie", "cookies", "bearer",
+})
+
+
+
+def _is_secret_field(name: str, value: Any) -> bool:
+    from pydantic import SecretBytes, SecretStr
+
+    if isinstance(value, (SecretStr, SecretBytes)):
+        return True
+    words = [w for w in re.split(r"[_\-\s]+", name.lower()) if w]
+    return any(w in _SECRET_WORDS for w in words) or "apikey" in name.lower().replace("_", "")
+
+
+def _qualname(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', type(obj).__qualname__)}"
+
+
+def tool_spec(tool: Any) -> dict[str, Any]:
+    """What an LLM sees of a LlamaIndex tool: name, description, parameter schema."""
+    md = tool.metadata
+    return {"tool": md.name, "description": md.description, "parameters": md.get_parameters_dict()}
+
+
+def key_json(value: Any, *, lenient: bool = False, depth: int = 0) -> Any:
+    """A deterministic JSON value for keying. Unknown objects raise
+    :class:`InvalidRequestError` (the call bypasses the cache), or with ``lenient``
+    become their type name."""
+    if depth > 48:
+        raise InvalidRequestError("value nested too deeply to key")
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else repr(value)
+    if isinstance(value, enum.Enum):
+        return key_json(value.value, lenient=lenient, depth=depth + 1)
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        # Never raw bytes: the engine would read them as an image in the context.
+        return {"bytes_sha256": hashlib.sha256(bytes(value)).hexdigest()}
+    if isinstance(value, dict):
+        return {str(k): key_json(v, lenient=lenient, depth=depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [key_json(v, lenient=lenient, depth=depth + 1) for v in value]
+    if isinstance(value, (set, frozenset)):
+        items = [key_json(v, lenient=lenient, depth=depth + 1) for v in value]
+        return sorted(items, key=lambda v: json.dumps(v, sort_keys=True))
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, BaseTool):
+        return key_json(tool_spec(value), lenient=lenient, depth=depth + 1)
+    if isinstance(value, type) and issubclass(value, BaseModel):
+        return {"schema": key_json(value.model_json_schema(), lenient=lenient, depth=depth + 1)}
+    if isinstance(value, BaseModel):
+        try:
+            dumped = value.model_dump(mode="json")
+        except Exception as exc:
+            if lenient:
+                return {"type": _qualname(type(value))}
+            raise InvalidRequestError(f"cannot serialize {type(value).__name__}: {exc}") from exc
+        return key_json(dumped, lenient=lenient, depth=depth + 1)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return key_json(dataclasses.asdict(value), lenient=lenient, depth=depth + 1)
+    if callable(value):
+        return {"callable": _qualname(value)}
+    if lenient:
+        return {"type": _qualname(type(value))}
+    raise InvalidRequestError(f"cannot key a value of type {type(value).__name__}")
+
+
+def image_block_input(block: ImageBlock) -> Any:
+    """An image input the engine decodes; remote URLs are keyed by string, never fetched."""
+    if block.image is not None:
+        data = block.image
+        if isinstance(data, io.IOBase):
+            data.seek(0)
+            data = data.read()
+        if not isinstance(data, (bytes, bytearray)):
+            raise ImageDecodeError(f"ImageBlock.image has unsupported type {type(data).__name__}")
+        return resolve_binary(raw_bytes=bytes(data)).read()  # the block stores base64
+    if block.path is not None:
+        return Path(block.path)
+    if block.url is not None:
+        url = str(block.url)
+        if url.startswith(("data:", "file:")):
+            return url
+        return ImageRef(url)
+    raise ImageDecodeError("ImageBlock carries no image, path or url")
+
+
+def image_document_input(doc: Any) -> Any:
+    """The same for a legacy ``ImageDocument`` / ``ImageNode``."""
+    b64 = getattr(doc, "image", None)
+    if b64:
+        return resolve_binary(raw_bytes=b64.encode("ascii") if isinstance(b64, str) else b64).read()
+    path = getattr(doc, "image_path", None)
+    if path:
+        return Path(path)
+    url = getattr(doc, "image_url", None)
+    if url:
+        url = str(url)
+        return url if url.startswith(("data:", "file:")) else ImageRef(url)
+    raise ImageDecodeError(f"{type(doc).__name__} carries no image, image_path or image_url")
+
+
+def message_to_turn(message: ChatMessage) -> Turn:
+    """One ``ChatMessage`` as a framework-neutral :class:`Turn`.
+
+    Text blocks are text, image blocks are images (keyed by pixels, or by URL string
+    for remote URLs), every other block (tool calls, audio, documents, thinking) is
+    compared exactly as JSON; ``additional_kwargs`` (tool calls, tool call id, name) too.
+    """
+    parts: list[Part] = []
+    for block in message.blocks:
+        if isinstance(block, TextBlock):
+            parts.append(Part.of_text(block.text))
+        elif isinstance(block, ImageBlock):
+            parts.append(Part.of_image(image_block_input(block)))
+        else:
+            parts.append(Part.of_data(key_json(block)))
+    role = message.role.value if isinstance(message.role, MessageRole) else str(message.role)
+    extra = key_json(message.additional_kwargs) if message.additional_kwargs else {}
+    details = [b.detail for b in message.blocks if isinstance(b, ImageBlock)]
+    if any(d is not None for d in details):  # "low"/"high" resolution changes what the model sees
+        extra = dict(extra, image_detail=details)
+    return Turn(role=role, parts=parts, extra=extra)
+
+
+def llm_scope(llm: Any) -> str:
+    """Scope string of an inner LLM: its class plus its serialized settings.
+
+    Deterministic across processes; leaves out callback managers, clients, timeouts
+    and anything that looks like a secret (api keys, tokens, headers).
+    """
+    settings: dict[str, Any] = {}
+    fields = getattr(type(llm), "model_fields", {})
+    for name in sorted(fields):
+        if name in _TRANSPORT_FIELDS:
+            continue
+        try:
+            value = getattr(llm, name)
+        except Exception:
+            continue
+        if _is_secret_field(name, value):
+            continue
+        settings[name] = key_json(value, lenient=True)
+    cls = type(llm)
+    body = json.dumps({"class": f"{cls.__module__}.{cls.__qualname__}", "settings": settings},
+                      sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return "llamaindex:" + body
+
+
+__all__ = ["key_json", "llm_scope", "message_to_turn", "image_block_input", "image_document_input"]

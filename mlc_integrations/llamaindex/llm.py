@@ -1,0 +1,449 @@
+"""LlamaIndex adapter: :class:`CachedMultiModalLLM`, a caching wrapper around any LlamaIndex LLM.
+
+The wrapper is itself a ``llama_index.core.llms.LLM`` (the ``StructuredLLM``
+pattern: it holds ``llm``, delegates ``metadata`` and decorates its endpoints with
+``llm_chat_callback`` / ``llm_completion_callback``, so callback and instrumentation
+events fire for cached calls too). It is a thin adapter: :mod:`.keying` turns a call
+into a request, :mod:`.payload` turns responses into JSON and back. Matching, storage
+and failure policy are the engine's; fail-open, counters and ``last_hit`` follow
+:mod:`mlc_integrations.adapter_kit`, like the LangChain cache.
+
+What is in the key, besides the conversation:
+
+* the scope: the inner LLM's class and its serialized settings (model, temperature,
+  ...), without callback managers, clients or secrets;
+* which endpoint family answered (``chat`` or ``complete``) and every keyword argument
+  that reaches the inner LLM -- for tool calling that is the tool set (names,
+  descriptions, parameter schemas) and the tool choice, so a response is never reused
+  for a different tool set.
+
+Each endpoint's blocking work (search, rebuild, store) is written once and run by
+the async endpoints through ``asyncio.to_thread``. Wrapping a ``FunctionCallingLLM``
+gives a :class:`CachedFunctionCallingLLM` (a subclass of both), so agents that
+require function calling keep working.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any, AsyncGenerator, AsyncIterator, Callable, ContextManager, Generator, Iterable, List, Optional
+from typing import Sequence, Union
+
+from llama_index.core.base.llms.types import (
+    ChatMessage,
+    ChatResponse,
+    ChatResponseAsyncGen,
+    ChatResponseGen,
+    CompletionResponse,
+    CompletionResponseAsyncGen,
+    CompletionResponseGen,
+    ImageBlock,
+    LLMMetadata,
+    MessageRole,
+    TextBlock,
+)
+from llama_index.core.bridge.pydantic import Field, PrivateAttr, SerializeAsAny
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
+from llama_index.core.llms.function_calling import FunctionCallingLLM
+from llama_index.core.llms.llm import LLM, ToolSelection
+
+from ..adapter_kit import Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking
+from ..conversation import Part, Turn, request_from_turns
+from ..engine import MLCEngine
+from ..errors import ImageDecodeError, PayloadError
+from ..request import DEFAULT_NAMESPACE, CacheRequest, Hit
+from .keying import image_document_input, key_json, llm_scope, message_to_turn
+from .payload import Response, answer_text, as_completion, chat_from_payload, completion_from_payload, response_payload
+from .streams import StreamRecorder, amap, apass_through, areplayed, pass_through, replayed
+from .streams import replay_chat, replay_completion
+
+log = logging.getLogger(__name__)
+
+_COUNTERS = ("hits", "misses", "bypassed", "streams_finished", "streams_unfinished", "unreadable_entries",
+             "unstorable_responses")
+_FROM_PAYLOAD: dict[str, Callable[[Any], Response]] = {"chat": chat_from_payload, "complete": completion_from_payload}
+
+
+# ---------------------------------------------------------------------- legacy image_documents
+def _legacy_args(formatted: Any, image_documents: Optional[Sequence[Any]]) -> tuple[bool, Optional[list[Any]]]:
+    # MultiModalLLM.complete(prompt, image_documents) passes the documents second.
+    if not isinstance(formatted, bool) and isinstance(formatted, (list, tuple)):
+        return False, list(formatted) + list(image_documents or [])
+    return bool(formatted), list(image_documents) if image_documents else None
+
+
+def _image_document_block(doc: Any) -> ImageBlock:
+    """A legacy image document as the ``ImageBlock`` that modern LLMs take in ``chat``."""
+    mimetype = getattr(doc, "image_mimetype", None)
+    b64 = getattr(doc, "image", None)
+    if b64:
+        return ImageBlock(image=b64.encode("ascii") if isinstance(b64, str) else b64, image_mimetype=mimetype)
+    if getattr(doc, "image_path", None):
+        return ImageBlock(path=Path(doc.image_path), image_mimetype=mimetype)
+    if getattr(doc, "image_url", None):
+        return ImageBlock(url=str(doc.image_url), image_mimetype=mimetype)
+    raise ImageDecodeError(f"{type(doc).__name__} carries no image, image_path or image_url")
+
+
+def _images_message(prompt: str, image_documents: Sequence[Any]) -> list[ChatMessage]:
+    blocks: list[Any] = [TextBlock(text=prompt)] + [_image_document_block(d) for d in image_documents]
+    return [ChatMessage(role=MessageRole.USER, blocks=blocks)]
+
+
+# ---------------------------------------------------------------------- the wrapper
+class CachedMultiModalLLM(LLM):
+    """Any LlamaIndex LLM, with multi-level response caching in front of it.
+
+    ``CachedMultiModalLLM(llm, engine=None, *, namespace="default", strict=False,
+    **engine_options)``: give an :class:`~mlc_integrations.MLCEngine` to share one
+    cache between wrappers, or engine options (``persist_directory=...``,
+    ``l1_threshold=...``, ...) to build one; the default engine is in memory.
+
+    ``chat``/``complete`` (sync and async) look up first and call the inner LLM only
+    on a miss; the ``stream_*`` variants replay a hit as a stream and store a miss only
+    once the inner stream has finished. Cache faults never break a call (fail-open);
+    ``strict=True`` raises :class:`~mlc_integrations.errors.MLCError` subclasses.
+    ``last_hit`` tells whether (and why) the latest call in this context was served
+    from the cache.
+    """
+
+    llm: SerializeAsAny[LLM] = Field(description="The LLM whose responses are cached.")
+    namespace: str = Field(default=DEFAULT_NAMESPACE, description="Tenant namespace of the cache entries.")
+    strict: bool = Field(default=False, description="Raise typed errors instead of failing open.")
+
+    _engine: MLCEngine = PrivateAttr()
+    _counters: Counters = PrivateAttr()
+    _fail_open: FailOpen = PrivateAttr()
+    _tracking: LookupTracking = PrivateAttr()
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> "CachedMultiModalLLM":
+        # A function-calling inner LLM gets the function-calling wrapper, so that
+        # isinstance(..., FunctionCallingLLM) checks in agents and programs hold.
+        inner = kwargs.get("llm", args[0] if args else None)
+        if cls is CachedMultiModalLLM and isinstance(inner, FunctionCallingLLM):
+            cls = CachedFunctionCallingLLM
+        return super().__new__(cls)
+
+    def __init__(
+        self,
+        llm: LLM,
+        engine: Optional[MLCEngine] = None,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        strict: bool = False,
+        callback_manager: Optional[CallbackManager] = None,
+        **engine_options: Any,
+    ) -> None:
+        if not isinstance(llm, LLM):
+            raise TypeError(
+                f"llm must be a llama_index.core.llms.LLM, got {type(llm).__name__}; legacy "
+                "MultiModalLLM classes are not supported (use their LLM successor with ImageBlocks)"
+            )
+        if engine is not None and engine_options:
+            raise ValueError(f"give either engine= or engine options, not both (got {sorted(engine_options)})")
+        if engine is None:
+            engine = MLCEngine(strict=strict, **engine_options)
+        fields: dict[str, Any] = {}
+        if callback_manager is not None:
+            fields["callback_manager"] = callback_manager
+        super().__init__(
+            llm=llm,
+            namespace=namespace,
+            strict=bool(strict or engine.strict),
+            **fields,
+            # The wrapper formats prompts exactly as the inner LLM would (predict(), programs).
+            system_prompt=llm.system_prompt,
+            messages_to_prompt=llm.messages_to_prompt,
+            completion_to_prompt=llm.completion_to_prompt,
+            output_parser=llm.output_parser,
+            pydantic_program_mode=llm.pydantic_program_mode,
+            query_wrapper_prompt=llm.query_wrapper_prompt,
+        )
+        self._engine = engine
+        self._counters = Counters(_COUNTERS)
+        self._fail_open = FailOpen(self._counters, lambda: self.strict, log)
+        self._tracking = LookupTracking()
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "CachedMultiModalLLM"
+
+    # ------------------------------------------------------------------ public extras
+    @property
+    def metadata(self) -> LLMMetadata:
+        return self.llm.metadata
+
+    @property
+    def engine(self) -> MLCEngine:
+        return self._engine
+
+    @property
+    def scope(self) -> str:
+        """The scope string of the inner LLM (pass it to ``engine.clear(scope=...)``)."""
+        return llm_scope(self.llm)
+
+    @property
+    def last_hit(self) -> Optional[Hit]:
+        """The :class:`Hit` that served the latest call in this thread or asyncio task
+        (or in a task it started), None on a miss."""
+        return self._tracking.last_hit
+
+    @property
+    def last_lookup(self) -> Optional[LookupRecord]:
+        """Like :attr:`last_hit`, with the miss case: ``kind`` is the endpoint family
+        (``"chat"``/``"complete"``) or ``"invalid"`` (the call could not be keyed)."""
+        return self._tracking.last_lookup
+
+    def track(self) -> ContextManager[LookupTracker]:
+        """Collect every lookup of this wrapper made inside the block, from any task or
+        thread started inside it (agents and workflows call the LLM in their own tasks)."""
+        return self._tracking.track()
+
+    def stats(self) -> dict[str, Any]:
+        """The engine's statistics plus this adapter's counters under ``"llamaindex"``."""
+        return self._counters.merged(self._engine.stats(), "llamaindex", namespace=self.namespace)
+
+    def clear_cache(self) -> None:
+        """Delete every entry of this inner LLM's scope in this namespace."""
+        self._engine.clear(scope=self.scope, namespace=self.namespace)
+
+    def to_payload(self) -> dict[str, Any]:
+        payload = dict(self.llm.to_payload())
+        payload["cached_by"] = self.class_name()
+        return payload
+
+    # ------------------------------------------------------------------ keying
+    def _request(self, turns: Callable[[], list[Turn]], api: str, kwargs: dict[str, Any]) -> Optional[CacheRequest]:
+        """The cache request for a call, or None when it cannot be keyed (the call bypasses the cache)."""
+        def keyed() -> CacheRequest:
+            extra: dict[str, Any] = {"api": api}
+            if kwargs:
+                extra["kwargs"] = key_json(kwargs)
+            return request_from_turns(turns(), scope=self.scope, namespace=self.namespace, extra_context=extra)
+
+        return self._fail_open.attempt("cannot key this LlamaIndex call", keyed, counter="bypassed",
+                                       outcome="the call goes on uncached")
+
+    def _chat_request(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> Optional[CacheRequest]:
+        return self._request(lambda: [message_to_turn(m) for m in messages], "chat", kwargs)
+
+    def _complete_request(self, prompt: str, formatted: bool, image_documents: Optional[Sequence[Any]],
+                          kwargs: dict[str, Any]) -> Optional[CacheRequest]:
+        def turns() -> list[Turn]:
+            parts = [Part.of_text(prompt)]
+            parts += [Part.of_image(image_document_input(d)) for d in image_documents or []]
+            return [Turn(role="user", parts=parts)]
+
+        key_kwargs = dict(kwargs)
+        if formatted:
+            key_kwargs["formatted"] = True
+        return self._request(turns, "complete", key_kwargs)
+
+    # ------------------------------------------------------------------ lookup / store
+    def _look_up(self, request: Optional[CacheRequest], api: str) -> tuple[LookupRecord, Optional[Response]]:
+        """The blocking part of a lookup (search, rebuild the response), shared by the
+        sync and async endpoints; the outcome is recorded in the caller's context."""
+        if request is None:
+            return LookupRecord.of(None, "invalid", "", None), None
+        hit = self._engine.lookup(request)
+        response = None
+        if hit is not None:
+            try:
+                response = _FROM_PAYLOAD[api](hit.payload)
+            except Exception as exc:
+                self._fail_open.unreadable_entry(self._engine, hit, exc)
+                hit = None
+        return LookupRecord.of(request, api, request.scope, hit), response
+
+    def _finish(self, record: LookupRecord, response: Optional[Response]) -> Any:
+        self._tracking.record(record)
+        self._counters.incr("hits" if record.hit is not None else "misses")
+        return response
+
+    def _lookup(self, request: Optional[CacheRequest], api: str) -> Any:
+        return self._finish(*self._look_up(request, api))
+
+    async def _alookup(self, request: Optional[CacheRequest], api: str) -> Any:
+        return self._finish(*await asyncio.to_thread(self._look_up, request, api))
+
+    def _store(self, request: Optional[CacheRequest], response: Optional[Response]) -> None:
+        if request is None or response is None:
+            return
+        payload = self._fail_open.attempt("response cannot be stored as JSON", response_payload, response,
+                                          counter="unstorable_responses", error=PayloadError, level=logging.INFO,
+                                          outcome="returned, not cached")
+        if payload is not None:
+            self._engine.update(request, payload, answer=answer_text(response))
+
+    def _pass_through(self, request: Optional[CacheRequest], inner: Iterable[Any]) -> Generator[Any, None, None]:
+        """The inner stream unchanged; its response is stored once it has finished."""
+        return pass_through(inner, StreamRecorder(self._counters, request is not None),
+                            lambda response: self._store(request, response))
+
+    def _apass_through(self, request: Optional[CacheRequest], inner: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
+        return apass_through(inner, StreamRecorder(self._counters, request is not None),
+                             lambda response: asyncio.to_thread(self._store, request, response))
+
+    # ------------------------------------------------------------------ chat
+    @llm_chat_callback()
+    def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        messages = list(messages)
+        request = self._chat_request(messages, kwargs)
+        cached = self._lookup(request, "chat")
+        if cached is not None:
+            return cached
+        response = self.llm.chat(messages, **kwargs)
+        self._store(request, response)
+        return response
+
+    @llm_chat_callback()
+    async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
+        messages = list(messages)
+        request = self._chat_request(messages, kwargs)
+        cached = await self._alookup(request, "chat")
+        if cached is not None:
+            return cached
+        response = await self.llm.achat(messages, **kwargs)
+        await asyncio.to_thread(self._store, request, response)
+        return response
+
+    @llm_chat_callback()
+    def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
+        messages = list(messages)
+        request = self._chat_request(messages, kwargs)
+        cached = self._lookup(request, "chat")
+        if cached is not None:
+            return replayed(replay_chat(cached))
+        return self._pass_through(request, self.llm.stream_chat(messages, **kwargs))
+
+    @llm_chat_callback()
+    async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
+        messages = list(messages)
+        request = self._chat_request(messages, kwargs)
+        cached = await self._alookup(request, "chat")
+        if cached is not None:
+            return areplayed(replay_chat(cached))
+        return self._apass_through(request, await self.llm.astream_chat(messages, **kwargs))
+
+    # ------------------------------------------------------------------ complete
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, image_documents: Optional[Sequence[Any]] = None,
+                 **kwargs: Any) -> CompletionResponse:
+        """Completion; ``image_documents`` (legacy ``ImageDocument``/``ImageNode``) are
+        sent to the inner LLM as ``ImageBlock`` s in one user message."""
+        formatted, docs = _legacy_args(formatted, image_documents)
+        request = self._complete_request(prompt, formatted, docs, kwargs)
+        cached = self._lookup(request, "complete")
+        if cached is not None:
+            return cached
+        if docs:
+            response = as_completion(self.llm.chat(_images_message(prompt, docs), **kwargs))
+        else:
+            response = self.llm.complete(prompt, formatted=formatted, **kwargs)
+        self._store(request, response)
+        return response
+
+    @llm_completion_callback()
+    async def acomplete(self, prompt: str, formatted: bool = False, image_documents: Optional[Sequence[Any]] = None,
+                        **kwargs: Any) -> CompletionResponse:
+        formatted, docs = _legacy_args(formatted, image_documents)
+        request = self._complete_request(prompt, formatted, docs, kwargs)
+        cached = await self._alookup(request, "complete")
+        if cached is not None:
+            return cached
+        if docs:
+            response = as_completion(await self.llm.achat(_images_message(prompt, docs), **kwargs))
+        else:
+            response = await self.llm.acomplete(prompt, formatted=formatted, **kwargs)
+        await asyncio.to_thread(self._store, request, response)
+        return response
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False,
+                        image_documents: Optional[Sequence[Any]] = None, **kwargs: Any) -> CompletionResponseGen:
+        formatted, docs = _legacy_args(formatted, image_documents)
+        request = self._complete_request(prompt, formatted, docs, kwargs)
+        cached = self._lookup(request, "complete")
+        if cached is not None:
+            return replayed(replay_completion(cached))
+        if docs:
+            inner: Any = map(as_completion, self.llm.stream_chat(_images_message(prompt, docs), **kwargs))
+        else:
+            inner = self.llm.stream_complete(prompt, formatted=formatted, **kwargs)
+        return self._pass_through(request, inner)
+
+    @llm_completion_callback()
+    async def astream_complete(self, prompt: str, formatted: bool = False,
+                               image_documents: Optional[Sequence[Any]] = None,
+                               **kwargs: Any) -> CompletionResponseAsyncGen:
+        formatted, docs = _legacy_args(formatted, image_documents)
+        request = self._complete_request(prompt, formatted, docs, kwargs)
+        cached = await self._alookup(request, "complete")
+        if cached is not None:
+            return areplayed(replay_completion(cached))
+        if docs:
+            inner: Any = amap(as_completion, await self.llm.astream_chat(_images_message(prompt, docs), **kwargs))
+        else:
+            inner = await self.llm.astream_complete(prompt, formatted=formatted, **kwargs)
+        return self._apass_through(request, inner)
+
+
+class CachedFunctionCallingLLM(CachedMultiModalLLM, FunctionCallingLLM):
+    """:class:`CachedMultiModalLLM` around a ``FunctionCallingLLM`` (built automatically).
+
+    ``chat_with_tools`` and friends come from ``FunctionCallingLLM``: the inner LLM
+    prepares the chat arguments (its own tool format), the wrapper's ``chat`` keys on
+    them -- so the tool set is part of the key -- and tool calls are read and
+    validated by the inner LLM, so cached responses keep working in agents.
+    """
+
+    llm: SerializeAsAny[FunctionCallingLLM] = Field(description="The function-calling LLM whose responses are cached.")
+
+    @classmethod
+    def class_name(cls) -> str:
+        return "CachedFunctionCallingLLM"
+
+    def _prepare_chat_with_tools(
+        self,
+        tools: Sequence[Any],
+        user_msg: Optional[Union[str, ChatMessage]] = None,
+        chat_history: Optional[List[ChatMessage]] = None,
+        verbose: bool = False,
+        allow_parallel_tool_calls: bool = False,
+        tool_required: bool = False,
+        **kwargs: Any,
+    ) -> dict[str, Any]:
+        return self.llm._prepare_chat_with_tools_compat(
+            tools,
+            user_msg=user_msg,
+            chat_history=chat_history,
+            verbose=verbose,
+            allow_parallel_tool_calls=allow_parallel_tool_calls,
+            tool_required=tool_required,
+            **kwargs,
+        )
+
+    def _validate_chat_with_tools_response(
+        self,
+        response: ChatResponse,
+        tools: Sequence[Any],
+        allow_parallel_tool_calls: bool = False,
+        **kwargs: Any,
+    ) -> ChatResponse:
+        return self.llm._validate_chat_with_tools_response(
+            response, tools, allow_parallel_tool_calls=allow_parallel_tool_calls, **kwargs
+        )
+
+    def get_tool_calls_from_response(
+        self,
+        response: ChatResponse,
+        error_on_no_tool_call: bool = True,
+        **kwargs: Any,
+    ) -> List[ToolSelection]:
+        return self.llm.get_tool_calls_from_response(response, error_on_no_tool_call=error_on_no_tool_call, **kwargs)
+
+
+__all__ = ["CachedMultiModalLLM", "CachedFunctionCallingLLM"]
