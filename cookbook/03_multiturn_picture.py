@@ -40,7 +40,7 @@ from _common import Picture, langchain_chat_model, langchain_image_block, pictur
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from mlc_integrations import MultimodalSemanticCache
-from mlc_integrations.keys import normalize_text
+from mlc_integrations.verify import normalize_answer
 
 SYSTEM = "You answer questions about the user's picture in one word."
 FRENCH_AGAIN = "Answer again in one word, but in French."
@@ -90,14 +90,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
             messages.append(reply)
             truth = true_answer(question, pic.color, pic.shape, previous=previous_truth)
             previous_truth = truth
-            key = (pic.image_id, normalize_text(question))
+            key = (pic.image_id, normalize_answer(question))
             blind = context_blind.get(key)
             context_blind.setdefault(key, str(reply.content))
             step = {
                 "user": user, "turn": turn, "question": question, "picture": pic.name,
                 "cache": tier_of(hit), "why": hit.explain() if hit else "",
                 "answer": str(reply.content), "truth": truth,
-                "correct": normalize_text(str(reply.content)).strip(".") == truth,
+                "correct": normalize_answer(str(reply.content)).strip(".") == truth,
                 "model_calls": _common.model_calls(model, calls_before + (hit is None)) - calls_before,
                 "context_blind_answer": blind,
             }
@@ -105,14 +105,14 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
             outcome = "MISS, model called" if hit is None else f"CACHE HIT {step['why']}"
             note = ""
             if blind is not None and hit is None:
-                verdict = "would be WRONG" if normalize_text(blind).strip(".") != truth else "would be right"
+                verdict = "would be WRONG" if normalize_answer(blind).strip(".") != truth else "would be right"
                 note = f"  [context-blind cache: {blind!r}, {verdict}]"
             print(f"  turn {turn}: {question!r:44} {outcome:45} -> {step['answer']!r} "
                   f"(truth {truth!r}{', ok' if step['correct'] else ', WRONG'}){note}")
         print()
 
     refused_wrong = [s for s in steps if s["cache"] == "miss" and s["context_blind_answer"] is not None
-                     and normalize_text(s["context_blind_answer"]).strip(".") != s["truth"]]
+                     and normalize_answer(s["context_blind_answer"]).strip(".") != s["truth"]]
     by_user: dict[str, dict[str, Any]] = {}
     for s in steps:
         u = by_user.setdefault(s["user"], {"turns": 0, "hits": 0, "model_calls": 0, "tiers": []})

@@ -52,7 +52,7 @@ from PIL import Image
 
 from mlc_integrations import MultimodalSemanticCache
 from mlc_integrations.images import pixel_digest
-from mlc_integrations.keys import normalize_text
+from mlc_integrations.verify import normalize_answer
 
 QUESTION = "Describe the shape in the picture."
 DEFAULT_PLOT = Path(__file__).resolve().parent / "output" / "04_camera_stream.png"
@@ -97,7 +97,7 @@ def _data_url(im: Image.Image) -> str:
 
 
 def is_correct(answer: str, truth: str) -> bool:
-    return normalize_text(answer).strip(".") == truth
+    return normalize_answer(answer).strip(".") == truth
 
 
 def run_without_cache(frames: list[Frame], latency_s: float) -> dict[str, Any]:

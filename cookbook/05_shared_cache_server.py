@@ -46,7 +46,7 @@ from _common import langchain_chat_model, langchain_image_block, picture, tier_o
 from langchain_core.messages import HumanMessage
 
 from mlc_integrations import MultimodalSemanticCache
-from mlc_integrations.keys import normalize_text
+from mlc_integrations.verify import normalize_answer
 from mlc_integrations.server import ChromaServer
 
 RESULT_PREFIX = "RESULT-JSON: "
@@ -82,7 +82,7 @@ def run_worker(name: str, host: str, port: int, prefix: str) -> dict[str, Any]:
             "cache": tier_of(hit), "why": hit.explain() if hit else "model called",
             "entry_id": hit.entry_id if hit else None,
             "answer": str(reply.content), "truth": truth,
-            "correct": normalize_text(str(reply.content)).strip(".") == truth,
+            "correct": normalize_answer(str(reply.content)).strip(".") == truth,
             "produced_by_pid": reply.response_metadata.get("produced_by_pid"),
         })
     result = {"worker": name, "pid": os.getpid(), "steps": steps,

@@ -1,7 +1,9 @@
 """Keying: validate a :class:`CacheRequest`, decode its images, and compute the exact keys
 every tier filters on — the one place that says what makes two requests "the same".
 
-* text: Unicode NFKC, case folded, whitespace collapsed (:func:`normalize_text`);
+* text: Unicode NFC and outer whitespace trimmed, nothing else (:func:`exact_text`): case
+  and inner spacing can change an answer (code, regexes, quoted strings, YAML), so
+  variants that differ only there go to L1, where the verifier decides;
 * images: the digest of their decoded pixels (:mod:`mlc_integrations.images`);
 * context: the canonical JSON of all earlier turns, images replaced by pixel digests;
 * scope and namespace: :func:`scope_digest` (also what ``clear(scope=...)`` filters on).
@@ -16,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import unicodedata
 import weakref
 from dataclasses import dataclass, field
@@ -29,12 +30,15 @@ from .errors import InvalidRequestError
 from .images import DecodedImage, DecodeMemo, ImageRef, decode_image
 from .request import CacheRequest
 
-KEY_VERSION = "mlc1"  # part of every entry id: bump it and old entries are never matched
+# Part of every entry id: bump it and old entries are never matched exactly (they still
+# answer semantically). mlc2: exact text is NFC + outer trim (mlc1 folded case and spaces).
+KEY_VERSION = "mlc2"
 
 
-def normalize_text(text: str) -> str:
-    """Unicode NFKC, case folded, whitespace collapsed and stripped."""
-    return re.sub(r"\s+", " ", unicodedata.normalize("NFKC", text).casefold()).strip()
+def exact_text(text: str) -> str:
+    """What the exact tier compares: Unicode NFC (the same characters however composed),
+    outer whitespace trimmed — no case folding, no inner-space collapsing, no NFKC."""
+    return unicodedata.normalize("NFC", text).strip()
 
 
 def sha256_hex(data: str) -> str:
@@ -199,7 +203,7 @@ class Keyer:
         if not isinstance(images_in, (list, tuple)):
             images_in = [images_in]
         images = [self.decode(v, f"images[{i}]") for i, v in enumerate(images_in)]
-        norm = normalize_text(text)
+        norm = exact_text(text)
         if not norm and not images:
             raise InvalidRequestError("empty prompt: no text and no images to key")
         ctx = context_key(request.context or [], self.decode)

@@ -22,14 +22,15 @@ def test_exact_hit_normalizes_text_and_ignores_png_encoding(make_engine) -> None
     eng = make_engine(enable_l1=False, enable_l2=False)
     img = pattern(1)
     eng.update(req("What color is the shape?", [img]), {"a": "red"})
-    # Same pixels saved with different compression and metadata, text with case/space/NFKC changes.
+    # Same pixels saved with different compression and metadata, text with outer spaces and
+    # another Unicode composition (NFC): the same request.
     from PIL import PngImagePlugin
 
     info = PngImagePlugin.PngInfo()
     info.add_text("Comment", "re-saved")
     resaved = png_bytes(img, compress_level=0, pnginfo=info)
     assert resaved != png_bytes(img, compress_level=9)
-    hit = eng.lookup(req("  what  COLOR is the shape？ ", [resaved]))  # full-width ? folds by NFKC
+    hit = eng.lookup(req("  What color is the shape?\n", [resaved]))
     assert hit is not None and hit.tier == "L0.5" and hit.payload == {"a": "red"}
     data_url = "data:image/png;base64," + base64.b64encode(resaved).decode()
     assert eng.lookup(req("What color is the shape?", [data_url])).tier == "L0.5"
@@ -147,6 +148,29 @@ def test_context_is_compared_exactly(make_engine) -> None:
                  {"role": "assistant", "content": "A red square."}]
     assert eng.lookup(req("Is it round?", context=other_img)) is None
     assert eng.lookup(req("Is it round?")) is None
+
+
+@pytest.mark.parametrize("stored, asked", [
+    ("Is the word 'Apple' capitalized?", "Is the word 'apple' capitalized?"),  # case inside quotes
+    ("Does the regex [A-Z]+ match 'abc'?", "Does the regex [a-z]+ match 'abc'?"),
+    ("Count the spaces in 'a b'", "Count the spaces in 'a    b'"),  # inner spacing
+    ("Is this YAML valid?\na:\n  b: 1", "Is this YAML valid?\na:\nb: 1"),  # indentation
+    ("what COLOR is the shape?", "what color is the shape?"),
+    ("What is the shape？", "What is the shape?"),  # full-width: NFKC would fold it, NFC does not
+])
+def test_exact_tier_is_exact_case_and_inner_spacing_are_not_folded(make_engine, stored: str, asked: str) -> None:
+    eng = make_engine(enable_l1=False, enable_l2=False)
+    eng.update(req(stored), "stored answer")
+    assert eng.lookup(req(asked)) is None
+    assert eng.lookup(req(stored)).tier == "L0.5"
+
+
+def test_exact_tier_folds_only_unicode_composition_and_outer_whitespace(make_engine) -> None:
+    eng = make_engine(enable_l1=False, enable_l2=False)
+    composed = "Qu'est-ce qu'un caf\u00e9 ?"
+    eng.update(req(composed), "a coffee")
+    assert eng.lookup(req("Qu'est-ce qu'un cafe\u0301 ?")).tier == "L0.5"  # e + combining accent: NFC-equal
+    assert eng.lookup(req(f"\t {composed}  \n")).tier == "L0.5"
 
 
 def test_remote_url_keyed_by_string_not_fetched(make_engine) -> None:

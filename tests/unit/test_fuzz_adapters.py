@@ -31,6 +31,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
@@ -42,7 +43,6 @@ from PIL import Image
 
 from mlc_integrations import MLCEngine
 from mlc_integrations.images import decode_image
-from mlc_integrations.keys import normalize_text
 from tests.helpers import jpeg_bytes, pattern, png_bytes
 from tests.unit.test_fuzz_engine import bomb_png
 
@@ -104,6 +104,12 @@ vocab = st.sampled_from(["What color is the shape?", "what  color is the SHAPE?"
 text_block = st.one_of(vocab, vocab, vocab, st.text(max_size=40))
 
 
+
+def exact_text(text: str) -> str:
+    """The reference rule of "the same text" (DESIGN.md): Unicode NFC, outer whitespace
+    trimmed, nothing else (case and inner spacing can change an answer)."""
+    return unicodedata.normalize("NFC", text).strip()
+
 def image_block(forms: Sequence[str]) -> st.SearchStrategy[Img]:
     return st.builds(Img, st.integers(-1, len(POOL) - 1), st.sampled_from(forms))
 
@@ -143,7 +149,7 @@ def identity(msgs: Sequence[Msg], scope: str, tenant: str) -> Identity:
     context = json.dumps({"before": canon[:idx], "after": canon[idx + 1:], "role": req.role})
     texts = [b for b in req.blocks if isinstance(b, str)]
     return Identity(scope, tenant, context, tuple(_digest(b) for b in req.blocks if isinstance(b, Img)),
-                    normalize_text("\n".join(texts)))
+                    exact_text("\n".join(texts)))
 
 
 def keyable(msgs: Sequence[Msg]) -> bool:

@@ -514,8 +514,10 @@ def test_plain_llm_round_trip(global_cache: MultimodalSemanticCache) -> None:
     llm = CountingLLM(responses=["Paris", "Rome"])
     assert llm.invoke("Capital of France?") == "Paris"
     assert llm.invoke("Capital of France?") == "Paris"
-    assert llm.invoke("capital of  FRANCE?") == "Paris"  # normalized text, exact tier
+    assert llm.invoke(" Capital of France?\n") == "Paris"  # outer whitespace: the exact tier
     assert llm._calls == 1 and global_cache.last_hit.tier == "L0.5"
+    assert llm.invoke("capital of  FRANCE?") == "Paris"  # case and spacing: L1, the verifier decides
+    assert llm._calls == 1 and global_cache.last_hit.tier == "L1"
     assert llm.invoke("Capital of Italy?") == "Rome" and llm._calls == 2
     with global_cache.track() as seen:
         llm.invoke("Capital of France?")
