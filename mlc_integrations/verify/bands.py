@@ -13,12 +13,11 @@ Not thread-safe by itself: :class:`~.policy.VerificationPolicy` calls it under i
 from __future__ import annotations
 
 import math
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
-
-from .._lru import LRU
 
 # Bands of calibrated probability in which the online calibration counts labels;
 # finer near 1, where the decision threshold lives.
@@ -57,8 +56,12 @@ class FalseHitEstimates:
         self.z = z
         self.bands = [Band(lo, hi, max(1e-4, 1.0 - (lo + min(hi, 1.0)) / 2.0))
                       for lo, hi in zip(BAND_EDGES[:-1], BAND_EDGES[1:])]
-        # (entry id, band) -> labels; the least recently labelled or consulted go first.
-        self.entries: LRU[tuple[str, int], EntryRecord] = LRU(max_entries_tracked)
+        # (entry id, band) -> labels, bounded: the least recently *labelled* go first.
+        # Not the shared LRU (_lru.LRU), whose get() counts a read as use: consulting
+        # an entry's evidence for a candidate must not keep old evidence alive, only
+        # new labels do (with a read-refreshing map, decisions change once the bound is hit).
+        self.max_entries_tracked = max_entries_tracked
+        self.entries: OrderedDict[tuple[str, int], EntryRecord] = OrderedDict()
         self.accept_from = len(self.bands)  # index of the lowest accepted band
         if self.delta is not None:
             self.recompute()
@@ -133,10 +136,14 @@ class FalseHitEstimates:
         b.labels += 1
         b.wrong += 0 if right else 1
         if entry_id:
-            rec = self.entries.get((entry_id, band))
+            key = (entry_id, band)
+            rec = self.entries.get(key)
             if rec is None:
-                rec = EntryRecord()
-                self.entries.put((entry_id, band), rec)
+                rec = self.entries[key] = EntryRecord()
+                while len(self.entries) > self.max_entries_tracked:
+                    self.entries.popitem(last=False)
+            else:
+                self.entries.move_to_end(key)
             rec.labels += 1
             rec.wrong += 0 if right else 1
         if self.delta is not None:
@@ -145,4 +152,4 @@ class FalseHitEstimates:
     def forget(self, entry_id: str) -> None:
         """Drop a deleted entry's labels (its id never comes back)."""
         for bi in range(len(self.bands)):
-            self.entries.pop((entry_id, bi))
+            self.entries.pop((entry_id, bi), None)

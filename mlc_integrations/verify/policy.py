@@ -369,7 +369,7 @@ class VerificationPolicy:
                 out["false_hit_rate_note"] = "no labels yet in the accepted bands: no measured estimate"
             # Hits through neighbourhood evidence: each was accepted only while its own
             # upper bound was <= δ (counted in "accepted_by_entry").
-            entries = e.entries.items()  # a snapshot: reporting does not refresh recency
+            entries = list(e.entries.items())
             out["neighbourhoods_accepted"] = sum(
                 1 for (_eid, bi), rec in entries
                 if bi < e.accept_from and (v := e.record_view(rec, bi)) is not None

@@ -411,11 +411,14 @@ def test_pending_labels_are_bounded_and_the_oldest_counted_as_expired() -> None:
 
 def test_entry_labels_are_bounded_and_forgotten_with_the_entry() -> None:
     pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.05, max_entries_tracked=2, seed=0)
-    for eid in ("a", "b", "c"):
-        pol.record_label(eid, 3, right=False)
+    band = pol._est.band_of(pol.verifier.probability("q", "s", 0.80)[0])
+    pol.record_label("a", band, right=False)
+    pol.record_label("b", band, right=False)
+    pol.decide("q", "s", 0.80, entry_id="a", request_key="r", stored_answer="A")  # consulted, not labelled
+    pol.record_label("c", band, right=False)
     assert pol.stats()["entries_with_labels"] == 2  # "a", the least recently labelled, went first
-    assert pol._est.entry_view("a", 3) is None and pol._est.entry_view("c", 3) is not None
-    pol.record_label("c", 5, right=True)  # a second band of the same entry: "b" goes
+    assert pol._est.entry_view("a", band) is None and pol._est.entry_view("b", band) is not None
+    pol.record_label("c", band + 1, right=True)  # a second band of the same entry: "b" goes
     pol.forget_entry("c")
     assert pol.stats()["entries_with_labels"] == 0
     assert pol.stats()["labels"] == 4  # the bands keep what the entry taught them
