@@ -46,11 +46,12 @@ from typing import Any, Optional, Sequence
 
 import _common
 import numpy as np
-from _common import Picture, brightness, langchain_chat_model, noise, picture, shift, tier_of, true_answer
+from _common import Picture, langchain_chat_model, picture, tier_of, true_answer
 from langchain_core.messages import HumanMessage
 from PIL import Image
 
 from mlc_integrations import MultimodalSemanticCache
+from mlc_integrations.eval.imageops import brightness, noise, png_bytes, shift
 from mlc_integrations.images import pixel_digest
 from mlc_integrations.verify import normalize_answer
 
@@ -93,7 +94,7 @@ def ask(model: Any, frame: Frame) -> str:
 def _data_url(im: Image.Image) -> str:
     import base64
 
-    return "data:image/png;base64," + base64.b64encode(_common.png_bytes(im)).decode("ascii")
+    return "data:image/png;base64," + base64.b64encode(png_bytes(im)).decode("ascii")
 
 
 def is_correct(answer: str, truth: str) -> bool:

@@ -1,5 +1,6 @@
 """Pieces the cookbook examples share: pictures with known answers, the offline
-stand-in vision model, the switch to a real provider, and small image changes.
+stand-in vision model and the switch to a real provider. (Camera-like image changes
+come from :mod:`mlc_integrations.eval.imageops`, the ones the evaluation workloads use.)
 
 Nothing here is part of the library. The examples import it as ``_common`` (the
 script's own folder is first on ``sys.path`` when you run ``python cookbook/NN_x.py``).
@@ -19,7 +20,6 @@ script's own folder is first on ``sys.path`` when you run ``python cookbook/NN_x
 from __future__ import annotations
 
 import base64
-import io
 import os
 import re
 import threading
@@ -30,8 +30,10 @@ from functools import lru_cache
 from typing import Any, Optional, Sequence
 
 import numpy as np
-from PIL import Image, ImageEnhance
+from PIL import Image
 
+from mlc_integrations.eval.easyvqa import COLORS, SHAPES
+from mlc_integrations.eval.imageops import png_bytes
 from mlc_integrations.models import NAMED_CLIP_MODELS
 
 PROVIDER_ENV = "MLC_COOKBOOK_PROVIDER"
@@ -45,8 +47,6 @@ STANDIN_LABEL = (
     f"set {PROVIDER_ENV}=openai|ollama for a real one"
 )
 
-COLORS = ("red", "green", "blue", "black", "gray", "teal", "brown", "yellow")
-SHAPES = ("circle", "rectangle", "triangle")
 # easy-vqa draws its shapes in these exact colours.
 PALETTE = {
     "red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "black": (0, 0, 0),
@@ -114,12 +114,6 @@ class Picture:
         return "data:image/png;base64," + base64.b64encode(self.png()).decode("ascii")
 
 
-def png_bytes(im: Image.Image) -> bytes:
-    buf = io.BytesIO()
-    im.save(buf, "PNG")
-    return buf.getvalue()
-
-
 @lru_cache(maxsize=2)
 def easyvqa_labels(split: str = "test") -> dict[int, tuple[str, str]]:
     """(colour, shape) of every easy-vqa image whose questions state both."""
@@ -158,25 +152,6 @@ def picture(color: str, shape: str, nth: int = 0, split: str = "test") -> Pictur
             return Picture(image_id, c, s, im)
         seen += 1
     raise LookupError(f"no easy-vqa {split} picture #{nth} of a {color} {shape}")
-
-
-# ---------------------------------------------------------------------------- camera-like changes
-def shift(im: Image.Image, dx: int, dy: int) -> Image.Image:
-    """Pan by (dx, dy) pixels; the uncovered border repeats the edge (a plain background)."""
-    a = np.asarray(im.convert("RGB"))
-    a = np.pad(a, ((abs(dy), abs(dy)), (abs(dx), abs(dx)), (0, 0)), mode="edge")
-    w, h = im.size
-    y0, x0 = abs(dy) - dy, abs(dx) - dx
-    return Image.fromarray(np.ascontiguousarray(a[y0:y0 + h, x0:x0 + w]))
-
-
-def brightness(im: Image.Image, factor: float) -> Image.Image:
-    return ImageEnhance.Brightness(im.convert("RGB")).enhance(float(factor))
-
-
-def noise(im: Image.Image, sigma: float, rng: np.random.Generator) -> Image.Image:
-    a = np.asarray(im.convert("RGB")).astype(np.float32) + rng.normal(0.0, float(sigma), size=(im.size[1], im.size[0], 3))
-    return Image.fromarray(np.clip(a, 0, 255).round().astype(np.uint8))
 
 
 # ---------------------------------------------------------------------------- the stand-in's "vision"

@@ -8,7 +8,8 @@
 * ``mlc train-clip``: rebuild the offline L2 model ``mlc-easyvqa-tiny``.
 * ``mlc quickstart``, ``mlc stats``, ``mlc clear``.
 
-The evaluation commands import :mod:`mlc_integrations.eval` (the ``eval`` extra) lazily.
+The evaluation commands import :mod:`mlc_integrations.eval` (the ``eval`` extra) lazily,
+inside each command function: the library never imports it.
 """
 
 from __future__ import annotations

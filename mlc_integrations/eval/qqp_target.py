@@ -45,19 +45,9 @@ from typing import Any, Optional, Sequence
 import numpy as np
 
 from ..verify import SIGNAL_NAMES, WordWeights, profile
-from .train_verifier import (
-    SEED,
-    EmbeddingCache,
-    PairSet,
-    _log,
-    _rec,
-    eval_parser,
-    fit_raw,
-    load_qqp,
-    pr_row_full,
-    raw_score,
-    signal_matrix,
-)
+from .verifier.data import SEED, EmbeddingCache, PairSet, eval_parser, load_qqp, log_progress, signal_matrix
+from .verifier.fit import fit_raw, raw_score
+from .verifier.metrics import fmt_recall, pr_row_full
 
 LAYERS = 6  # all-MiniLM-L6-v2
 MAX_TOKENS = 128
@@ -178,7 +168,7 @@ def train_fold(base: FrozenBase, h_ab: list[Any], h_ba: list[Any], y: np.ndarray
             opt.step()
             sched.step()
             opt.zero_grad()
-        _log(f"  epoch {epoch + 1}/{args.epochs}: {time.perf_counter() - t0:.0f}s, last loss {float(loss.detach()):.3f}")
+        log_progress(f"  epoch {epoch + 1}/{args.epochs}: {time.perf_counter() - t0:.0f}s, last loss {float(loss.detach()):.3f}")
     return model
 
 
@@ -215,7 +205,7 @@ def cmd_cv(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     h_ab = base.hidden(qqp.a, qqp.b)
     h_ba = base.hidden(qqp.b, qqp.a)
-    _log(f"frozen layers 0..{base.frozen} for {len(y)} pairs x 2 orders: {time.perf_counter() - t0:.0f}s")
+    log_progress(f"frozen layers 0..{base.frozen} for {len(y)} pairs x 2 orders: {time.perf_counter() - t0:.0f}s")
     folds = list(StratifiedKFold(n_splits=5, shuffle=True, random_state=SEED).split(qqp.a, y))[:args.max_folds]
     oof = np.full(len(y), np.nan)
     single = np.full(len(y), np.nan)
@@ -225,14 +215,14 @@ def cmd_cv(args: argparse.Namespace) -> None:
         single[te] = _scores(torch, model, h_ab, te)
         oof[te] = (single[te] + _scores(torch, model, h_ba, te)) / 2
         r = pr_row_full("", oof[te], y[te])
-        _log(f"fold {f + 1}/{len(folds)}: {time.perf_counter() - t0:.0f}s, AP {r['ap']:.3f}, "
-             f"R@P0.95 balanced {_rec(r['bal95'])}")
+        log_progress(f"fold {f + 1}/{len(folds)}: {time.perf_counter() - t0:.0f}s, AP {r['ap']:.3f}, "
+             f"R@P0.95 balanced {fmt_recall(r['bal95'])}")
     done = ~np.isnan(oof)
     tag = f"k{args.top_layers}-e{args.epochs}-lr{args.lr:g}-f{len(folds)}"
     out = Path(args.cache_dir) / f"cross-encoder-oof-{tag}.npz"
     out.parent.mkdir(parents=True, exist_ok=True)
     np.savez(out, oof=oof, single=single, y=y)
-    _log(f"out-of-fold scores: {out}")
+    log_progress(f"out-of-fold scores: {out}")
 
     cos = EmbeddingCache(None, Path(args.cache_dir)).cosines(qqp.a, qqp.b)
     rows = [pr_row_full("raw cosine (no training)", cos[done], y[done]),
@@ -250,8 +240,8 @@ def cmd_cv(args: argparse.Namespace) -> None:
     print("| scorer | AP natural | R@P=0.95 natural | R@P=0.98 natural | R@P=0.95 balanced | R@P=0.98 balanced |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['scorer']} | {r['ap']:.3f} | {_rec(r['nat95'])} | {_rec(r['nat98'])} | "
-              f"{_rec(r['bal95'])} | {_rec(r['bal98'])} |")
+        print(f"| {r['scorer']} | {r['ap']:.3f} | {fmt_recall(r['nat95'])} | {fmt_recall(r['nat98'])} | "
+              f"{fmt_recall(r['bal95'])} | {fmt_recall(r['bal98'])} |")
     if args.json:
         Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "fn"},
                                                "rows": rows}, indent=1, default=float))
@@ -292,7 +282,8 @@ def cmd_stack(args: argparse.Namespace) -> None:
     """Stacking variants over saved out-of-fold cross-encoder scores, several fold seeds."""
     from sklearn.model_selection import StratifiedKFold
 
-    from .train_verifier import isotonic, pair_features, stacked_out_of_fold
+    from ..verify import pair_features
+    from .verifier.fit import isotonic, stacked_out_of_fold
 
     saved = np.load(args.scores)
     qqp = _qqp(args)
@@ -315,7 +306,7 @@ def cmd_stack(args: argparse.Namespace) -> None:
         r = pr_row_full(name, raw, y)
         cx, cy = isotonic(raw, y, ones)
         ri = pr_row_full(name, np.interp(raw, cx, cy), y)
-        print(f"| {name} | {seed} | {r['ap']:.3f} | {_rec(r['bal95'])} | {_rec(ri['bal95'])} | {_rec(r['nat95'])} |",
+        print(f"| {name} | {seed} | {r['ap']:.3f} | {fmt_recall(r['bal95'])} | {fmt_recall(ri['bal95'])} | {fmt_recall(r['nat95'])} |",
               flush=True)
 
     for seed in args.seeds:

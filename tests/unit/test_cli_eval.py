@@ -23,6 +23,20 @@ def test_parser_has_the_commands() -> None:
         p.parse_args(["sweep", "--workload", "nope"])
 
 
+def test_library_and_cli_parser_do_not_import_the_eval_package() -> None:
+    """eval imports the library, never the reverse: the CLI imports it inside each command."""
+    import subprocess
+    import sys
+
+    code = ("import sys, mlc_integrations, mlc_integrations.engine, mlc_integrations.verify, mlc_integrations.cli as c; "
+            "c.build_parser(); print(sorted(m for m in sys.modules if m.startswith('mlc_integrations.eval')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    from mlc_integrations import eval as eval_pkg  # the docstring states the rule
+
+    assert "never imports" in (eval_pkg.__doc__ or "")
+
+
 def test_quick_sweep_report_is_sane(tmp_path: Path, text_embedder: Any, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip("easy_vqa")
     out = tmp_path / "report"

@@ -338,7 +338,7 @@ def test_error_bounded_explore_label_update_loop() -> None:
     # Per entry: wrong labels make that entry refused although its band is accepted.
     p_ok = 0.93
     d = pol.decide("q", "s", p_ok, entry_id="bad", request_key="x0", stored_answer="A")
-    band = pol._band_of(pol.verifier.probability("q", "s", p_ok)[0])
+    band = pol._est.band_of(pol.verifier.probability("q", "s", p_ok)[0])
     for i in range(500):
         pol.record_label(f"ok{i}", band, right=True)
     pol.record_label("bad", band, right=False)
@@ -369,14 +369,14 @@ def test_error_bounded_explores_would_be_hits_in_unproven_band() -> None:
 def test_error_bounded_entry_with_proven_neighbourhood_is_accepted_below_threshold() -> None:
     pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.05, explore_rate=0.0,
                              prior_strength=5.0, seed=0)
-    low_band = pol._band_of(pol.verifier.probability("q", "s", 0.80)[0])  # p ~ 0.02
-    assert low_band < pol._accept_from
+    low_band = pol._est.band_of(pol.verifier.probability("q", "s", 0.80)[0])  # p ~ 0.02
+    assert low_band < pol._est.accept_from
     assert not pol.decide("q", "s", 0.80, entry_id="faq", request_key="r0", stored_answer="A").accept
     for i in range(200):
         pol.record_label("faq", low_band, right=True)  # this entry's neighbours: always right
         if i % 2:
             pol.record_label(f"other{i}", low_band, right=False)  # the band as a whole: often wrong
-    assert low_band < pol._accept_from
+    assert low_band < pol._est.accept_from
     d = pol.decide("q", "s", 0.80, entry_id="faq", request_key="r1", stored_answer="A")
     assert d.accept and pol.stats()["accepted_by_entry"] == 1
     assert not pol.decide("q", "s", 0.80, entry_id="other", request_key="r2", stored_answer="A").accept
@@ -390,8 +390,38 @@ def test_error_bounded_wrong_labels_raise_threshold() -> None:
         pol.observe(f"k{i}", "A")
     low = pol.threshold
     for i in range(300):
-        pol.record_label(f"w{i}", pol._band_of(pol.verifier.probability("q", "s", 0.93)[0]), right=False)
+        pol.record_label(f"w{i}", pol._est.band_of(pol.verifier.probability("q", "s", 0.93)[0]), right=False)
     assert pol.threshold > low
+
+
+def test_pending_labels_are_bounded_and_the_oldest_counted_as_expired() -> None:
+    pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.05, explore_rate=0.0, max_pending=3, seed=0)
+    for i in range(5):  # p ~ 0.02: refused, each awaiting its request's answer
+        assert pol.decide("q", "s", 0.80, entry_id=f"e{i}", request_key=f"r{i}", stored_answer="A").outcome == "refused"
+    st = pol.stats()
+    assert st["pending_labels"] == 3 and st["pending_expired"] == 2
+    assert pol.observe("r0", "A") == [] and pol.observe("r1", "A") == []  # pushed out, never labelled
+    assert pol.observe("r4", "A") == [True]
+    # A request refused again refreshes its slot instead of taking a new one.
+    pol.decide("q", "s", 0.80, entry_id="e2b", request_key="r2", stored_answer="A")
+    pol.decide("q", "s", 0.80, entry_id="e5", request_key="r5", stored_answer="A")
+    pol.decide("q", "s", 0.80, entry_id="e6", request_key="r6", stored_answer="A")
+    assert pol.observe("r3", "A") == [] and pol.observe("r2", "A") == [True, True]
+
+
+def test_entry_labels_are_bounded_and_forgotten_with_the_entry() -> None:
+    pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.05, max_entries_tracked=2, seed=0)
+    band = pol._est.band_of(pol.verifier.probability("q", "s", 0.80)[0])
+    pol.record_label("a", band, right=False)
+    pol.record_label("b", band, right=False)
+    pol.decide("q", "s", 0.80, entry_id="a", request_key="r", stored_answer="A")  # consulted, not labelled
+    pol.record_label("c", band, right=False)
+    assert pol.stats()["entries_with_labels"] == 2  # "a", the least recently labelled, went first
+    assert pol._est.entry_view("a", band) is None and pol._est.entry_view("b", band) is not None
+    pol.record_label("c", band + 1, right=True)  # a second band of the same entry: "b" goes
+    pol.forget_entry("c")
+    assert pol.stats()["entries_with_labels"] == 0
+    assert pol.stats()["labels"] == 4  # the bands keep what the entry taught them
 
 
 def test_make_policy_options() -> None:

@@ -1,0 +1,181 @@
+"""The verifier's training and evaluation data: labelled question pairs, their
+embeddings (cached on disk between runs) and their signals.
+
+Read in place, never copied into the repo:
+
+* ``../shared/data/qqp_val.csv`` -- Quora question pairs, duplicate or not;
+* easy-vqa's questions -- every pair of questions about the same image, labelled
+  "reuse correct" when their ground-truth answers are equal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import os
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ...verify import WordWeights, profile, signals_from_profiles
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
+DEFAULT_CACHE_DIR = Path(os.environ.get("MLC_EVAL_CACHE", Path.home() / ".cache" / "mlc_integrations"))
+SEED = 7
+
+
+def log_progress(msg: str) -> None:
+    """Progress on stderr (stdout carries the tables)."""
+    print(msg, file=sys.stderr, flush=True)
+
+
+def eval_parser(module: str, doc: Optional[str]) -> argparse.ArgumentParser:
+    """The command line shared by the verifier's evaluation scripts: data and cache folders."""
+    ap = argparse.ArgumentParser(prog=f"python -m mlc_integrations.eval.{module}", description=doc,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
+    ap.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR), help="embedding cache (never in the repo)")
+    return ap
+
+
+@dataclass
+class PairSet:
+    """Pairs (a, b) with labels, sample weights and the data set each came from."""
+
+    a: list[str]
+    b: list[str]
+    y: np.ndarray
+    w: np.ndarray
+    source: np.ndarray  # "qqp" / "easyvqa"
+
+    def __len__(self) -> int:
+        return len(self.a)
+
+
+def load_qqp(data_dir: Path) -> PairSet:
+    path = data_dir / "qqp_val.csv"
+    a, b, y = [], [], []
+    with open(path, newline="", encoding="utf-8") as fh:
+        for row in csv.DictReader(fh):
+            if not row["question1"].strip() or not row["question2"].strip():
+                continue
+            a.append(row["question1"])
+            b.append(row["question2"])
+            y.append(int(row["is_duplicate"]))
+    n = len(a)
+    return PairSet(a, b, np.asarray(y), np.ones(n), np.asarray(["qqp"] * n))
+
+
+def easyvqa_pairs(split: str) -> PairSet:
+    """Every pair of questions about one image; label = same ground-truth answer.
+
+    easy-vqa asks the same 107 template questions about thousands of images, so
+    pairs are aggregated by question pair: every question pair weighs the same
+    (how often easy-vqa happens to ask two questions together says nothing about a
+    cache's traffic), split into a "same" and a "different" row by the fraction of
+    images on which their answers agreed.
+    """
+    import easy_vqa
+
+    qs, ans, ids = getattr(easy_vqa, f"get_{split}_questions")()
+    by_img: dict[int, list[tuple[str, str]]] = defaultdict(list)
+    for q, a, i in zip(qs, ans, ids):
+        by_img[int(i)].append((q, a))
+    counts: Counter[tuple[str, str, int]] = Counter()
+    for qa in by_img.values():
+        for i in range(len(qa)):
+            for j in range(i + 1, len(qa)):
+                (q1, a1), (q2, a2) = qa[i], qa[j]
+                if q1 == q2:
+                    continue
+                x, z = sorted((q1, q2))
+                counts[(x, z, int(a1 == a2))] += 1
+    totals: Counter[tuple[str, str]] = Counter()
+    for (x, z, _), n in counts.items():
+        totals[(x, z)] += n
+    keys = sorted(counts)
+    return PairSet(
+        [k[0] for k in keys], [k[1] for k in keys], np.asarray([k[2] for k in keys]),
+        np.asarray([counts[k] / totals[(k[0], k[1])] for k in keys], dtype=np.float64),
+        np.asarray(["easyvqa"] * len(keys)),
+    )
+
+
+def concat(*sets: PairSet) -> PairSet:
+    return PairSet(
+        [x for s in sets for x in s.a], [x for s in sets for x in s.b],
+        np.concatenate([s.y for s in sets]), np.concatenate([s.w for s in sets]),
+        np.concatenate([s.source for s in sets]),
+    )
+
+
+class EmbeddingCache:
+    """Text embeddings of the verifier's text model, cached on disk between runs."""
+
+    def __init__(self, model: Optional[str], cache_dir: Path) -> None:
+        from ...models import TextEmbedder
+
+        self.embedder = TextEmbedder.shared(model)
+        tag = hashlib.sha256(self.embedder.name.encode()).hexdigest()[:12]
+        self.path = cache_dir / f"text-embeddings-{tag}.npz"
+        self.vecs: dict[str, np.ndarray] = {}
+        if self.path.exists():
+            data = np.load(self.path, allow_pickle=False)
+            self.vecs = dict(zip(data["texts"].tolist(), data["vecs"]))
+
+    def cosines(self, a: Sequence[str], b: Sequence[str]) -> np.ndarray:
+        todo = sorted({t for t in list(a) + list(b) if t not in self.vecs})
+        if todo:
+            log_progress(f"embedding {len(todo)} texts with {self.embedder.name} (cached in {self.path})")
+            model = self.embedder._ensure()
+            vecs = model.encode(todo, batch_size=64, convert_to_numpy=True, normalize_embeddings=True,
+                                show_progress_bar=sys.stderr.isatty())
+            self.vecs.update(zip(todo, np.asarray(vecs, dtype=np.float32)))
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            texts = sorted(self.vecs)
+            np.savez(self.path, texts=np.asarray(texts), vecs=np.stack([self.vecs[t] for t in texts]))
+        va = np.stack([self.vecs[t] for t in a])
+        vb = np.stack([self.vecs[t] for t in b])
+        return np.clip((va * vb).sum(axis=1), -1.0, 1.0)
+
+    def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        """Normalized embeddings of ``texts`` (embedding the ones not cached yet)."""
+        todo = [t for t in texts if t not in self.vecs]
+        if todo:
+            self.cosines(todo, todo)
+        return np.stack([self.vecs[t] for t in texts]).astype(np.float64)
+
+
+def signal_matrix(pairs: PairSet, cosines: np.ndarray, weights: Optional[WordWeights] = None) -> np.ndarray:
+    profiles: dict[str, Any] = {}
+
+    def prof(t: str) -> Any:
+        p = profiles.get(t)
+        if p is None:
+            p = profiles[t] = profile(t)
+        return p
+
+    return np.stack([signals_from_profiles(prof(x), prof(z), float(c), weights)
+                     for x, z, c in zip(pairs.a, pairs.b, cosines)])
+
+
+def build_training_set(args: argparse.Namespace) -> tuple[PairSet, np.ndarray, np.ndarray, dict[str, Any]]:
+    qqp = load_qqp(Path(args.data_dir))
+    vqa = easyvqa_pairs("train")
+    # Scale easy-vqa so that both data sets weigh the same in total.
+    vqa.w = vqa.w * (len(qqp) * args.easyvqa_weight / vqa.w.sum())
+    pairs = concat(qqp, vqa)
+    emb = EmbeddingCache(args.text_model, Path(args.cache_dir))
+    cos = emb.cosines(pairs.a, pairs.b)
+    t0 = time.perf_counter()
+    df, n_docs = WordWeights.fit(sorted(set(pairs.a) | set(pairs.b)))
+    x = signal_matrix(pairs, cos, WordWeights(df, n_docs))
+    log_progress(f"signals for {len(pairs)} pairs in {time.perf_counter() - t0:.1f}s")
+    return pairs, cos, x, {"df": df, "n_docs": n_docs}
