@@ -11,6 +11,7 @@ never embeds twice. When the image model cannot be had, L2 switches off with a w
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any, Optional
 
 import numpy as np
@@ -82,6 +83,24 @@ class TierEncoders:
     def prompt_is_text_model(self) -> bool:
         """True when L2's prompt similarity is the sentence model's cosine (the verifier's signal)."""
         return self.l2_prompt_encoder == "text"
+
+    def warmup(self, *, text: bool = True) -> dict[str, float]:
+        """Load the models now (seconds per model). Calls made meanwhile wait for the model
+        they need and never load it twice. Never raises: a model that cannot be had is
+        reported by :attr:`l2_status` / the first lookup, as without warm-up."""
+        took: dict[str, float] = {}
+        steps = ((("text", lambda: self.text_embedder.embed(["warm up"])),) if text else ()) + (
+            ("image", lambda: self.clip_embedder if self.l2_enabled else None),)
+        for name, load in steps:
+            t0 = time.perf_counter()
+            try:
+                load()
+            except Exception as exc:  # reported where it matters: the first lookup that needs it
+                log.info("warm-up: %s model not loaded: %s", name, exc)
+                continue
+            took[name] = time.perf_counter() - t0
+        log.debug("warm-up done: %s", took)
+        return took
 
     # ------------------------------------------------------------------ vectors (memoized per request)
     def text_vec(self, kr: KeyedRequest) -> np.ndarray:

@@ -193,23 +193,8 @@ class MLCEngine:
         return self.store.mode
 
     def warmup(self) -> dict[str, float]:
-        """Load every model the tiers use now (seconds per model). Calls made meanwhile
-        wait for the model they need, never load it twice. Never raises: a model that
-        cannot be had is reported by :attr:`l2_status` / the first lookup, as without warm-up."""
-        took: dict[str, float] = {}
-        for name, load in (("text", lambda: self.encoders.text_embedder.embed(["warm up"])),
-                           ("image", lambda: self.encoders.clip_embedder if self.enable_l2 else None)):
-            if name == "text" and not (self.enable_l1 or self.enable_l2):
-                continue
-            t0 = time.perf_counter()
-            try:
-                load()
-            except Exception as exc:  # reported where it matters: the first lookup that needs it
-                log.info("warm-up: %s model not loaded: %s", name, exc)
-                continue
-            took[name] = time.perf_counter() - t0
-        log.debug("warm-up done: %s", took)
-        return took
+        """Load every model the tiers use now (seconds per model); see :meth:`TierEncoders.warmup`."""
+        return self.encoders.warmup(text=self.enable_l1 or self.enable_l2)
 
     # ------------------------------------------------------------------ keying
     def decode_image(self, value: Any, what: str = "image") -> DecodedImage:
