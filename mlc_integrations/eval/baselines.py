@@ -182,46 +182,11 @@ def mlc_cache(**engine_options: Any) -> BaseCache:
 
 def engine_with_image_encoder(image_encoder: Any, **engine_options: Any) -> Any:
     """An :class:`MLCEngine` whose L2 image side is ``image_encoder`` (see
-    :func:`mlc_integrations.image_encoders.resolve_image_encoder`)."""
-    import inspect
-
+    :func:`mlc_integrations.image_encoders.resolve_image_encoder`); its calibrated
+    threshold unless the options say otherwise."""
     from ..engine import MLCEngine
-    from ..image_encoders import resolve_image_encoder
 
-    enc = resolve_image_encoder(image_encoder)
-    if engine_options.get("l2_threshold") is None:
-        engine_options.setdefault("l2_image_threshold", enc.default_image_threshold)
-    if "image_encoder" in inspect.signature(MLCEngine.__init__).parameters:
-        return MLCEngine(image_encoder=enc, **engine_options)
-    return _image_encoder_engine_class()(enc, **engine_options)
-
-
-def _image_encoder_engine_class() -> type:
-    """Interim, for engines without ``image_encoder=``: L2's image side routed to an
-    image encoder through the engine's ``clip_embedder`` seam. Never used once the
-    engine takes the option (``engine_with_image_encoder`` checks); delete it then."""
-    from ..engine import MLCEngine
-    from ..errors import ModelUnavailableError
-    from ..models import ClipSpec
-
-    class _ImageEncoderEngine(MLCEngine):
-        def __init__(self, encoder: Any, **kw: Any) -> None:
-            kw["clip_model"] = ClipSpec(model=encoder.name)  # names the l2_image collection's model
-            super().__init__(**kw)
-            self._image_encoder = encoder
-
-        @property
-        def clip_embedder(self) -> Any:
-            if not self.enable_l2:
-                return None
-            try:
-                self._image_encoder.load()
-            except ModelUnavailableError as exc:
-                self._disable_l2(str(exc))
-                return None
-            return self._image_encoder
-
-    return _ImageEncoderEngine
+    return MLCEngine(image_encoder=image_encoder, **engine_options)
 
 
 # name -> (label, factory). Factories return a fresh, empty cache (None = no cache).

@@ -127,11 +127,13 @@ def test_resolve_names_paths_specs_and_objects(tiny_clip_dir: Path, lite0: Effic
 
 # ---------------------------------------------------------------------- through the adapters
 def _engine(_text_embedder: Any) -> Any:
-    """The default image tower on L2 (via the eval helper, which uses the engine's
-    ``image_encoder=`` option when it has one); L1 off so L2 answers."""
-    from mlc_integrations.eval.baselines import engine_with_image_encoder
+    """The engine exactly as a user gets it offline: MLCEngine() with no arguments (the
+    default image tower on L2; a copy of a picture has other pixels, so L1 cannot answer)."""
+    from mlc_integrations import MLCEngine
 
-    return engine_with_image_encoder(DEFAULT_IMAGE_ENCODER, persist_directory=None, enable_l1=False)
+    eng = MLCEngine()
+    assert eng.stats()["config"]["image_encoder"] == DEFAULT_IMAGE_ENCODER and eng.l2_status == "on"
+    return eng
 
 
 def test_langchain_near_duplicate_hits_and_different_photo_misses(text_embedder: Any, lite0: Any) -> None:
