@@ -18,6 +18,7 @@ from langchain_core.messages.utils import message_chunk_to_message
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, Generation
 from langchain_core.outputs.chat_generation import merge_chat_generation_chunks
 from langchain_core.runnables import Runnable
+from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel
 
 from ..adapter_kit import split_deltas
@@ -57,13 +58,15 @@ def cached_generation(gen: Generation, hit: Hit) -> ChatGeneration:
 
 
 def as_chunk(message: BaseMessage) -> AIMessageChunk:
-    """Any reply message as one ``AIMessageChunk`` (a model without streaming yields
-    its whole ``AIMessage`` from ``stream()``); tool calls become tool call chunks."""
+    """Any reply message as one ``AIMessageChunk`` without an id (a model without
+    streaming yields its whole ``AIMessage`` from ``stream()``); tool calls become tool
+    call chunks. The id is left to LangChain, which gives every chunk of the wrapper's
+    run the run's id: one id per reply, whether it was replayed or streamed."""
     if isinstance(message, AIMessageChunk):
-        return message
+        return message.model_copy(update={"id": None})
     fields: dict[str, Any] = {
         "content": message.content, "additional_kwargs": message.additional_kwargs,
-        "response_metadata": message.response_metadata, "name": message.name, "id": message.id,
+        "response_metadata": message.response_metadata, "name": message.name,
     }
     if isinstance(message, AIMessage):
         fields.update(tool_calls=message.tool_calls, invalid_tool_calls=message.invalid_tool_calls,
@@ -81,7 +84,7 @@ def replay_chunks(gen: ChatGeneration) -> list[ChatGenerationChunk]:
     pieces = split_deltas(content) if isinstance(content, str) else []
     chunks = [ChatGenerationChunk(message=AIMessageChunk(content=piece)) for piece in pieces[:-1]]
     last = as_chunk(message).model_copy(update={"content": pieces[-1] if pieces else content,
-                                                "chunk_position": "last", "id": None})
+                                                "chunk_position": "last"})
     chunks.append(ChatGenerationChunk(message=last, generation_info=gen.generation_info))
     return chunks
 
@@ -96,20 +99,33 @@ def finished_generation(chunks: list[ChatGenerationChunk]) -> Optional[ChatGener
     return ChatGeneration(message=message_chunk_to_message(merged.message), generation_info=merged.generation_info)
 
 
-def inner_callbacks(run_manager: Any) -> Optional[BaseCallbackManager]:
-    """Callbacks for the inner model's run, nested under the wrapper's run.
+def _streams_tokens(handler: Any) -> bool:
+    return hasattr(handler, "tap_output_iter") or isinstance(handler, _V2_STREAMING)
+
+
+def inner_callbacks(run_manager: Any) -> Any:
+    """Callbacks for the inner model's run on a miss.
 
     Handlers that stream tokens to a consumer (``astream_events``, ``astream_log``,
     LangGraph's ``stream_mode="messages"``) are left out: the wrapper's own run already
-    sends them every token and the final message, and the nested run would send each a
-    second time. Tracers and other handlers see both runs."""
+    sends them every token and the final message, and the inner run would send each a
+    second time. Tracers and other handlers see both runs. With ``run_manager`` the
+    inner run nests under the wrapper's; LangChain does not hand ``_stream`` one, and
+    then the callbacks are those the inner model would inherit from the running
+    chain or graph (its config context), filtered the same way."""
     if run_manager is None:
-        return None
+        inherited = ensure_config().get("callbacks")
+        if isinstance(inherited, BaseCallbackManager):
+            manager = inherited.copy()
+            for handler in list(manager.handlers) + list(manager.inheritable_handlers):
+                if _streams_tokens(handler):
+                    manager.remove_handler(handler)
+            return manager
+        return [h for h in inherited if not _streams_tokens(h)] if inherited else inherited
     # an LLM run manager has no get_child(): a child manager is built the way it is there
     manager_class = AsyncCallbackManager if isinstance(run_manager, AsyncCallbackManagerForLLMRun) else CallbackManager
     child = manager_class(handlers=[], parent_run_id=run_manager.run_id)
-    child.set_handlers([h for h in run_manager.inheritable_handlers
-                        if not (hasattr(h, "tap_output_iter") or isinstance(h, _V2_STREAMING))])
+    child.set_handlers([h for h in run_manager.inheritable_handlers if not _streams_tokens(h)])
     child.add_tags(run_manager.inheritable_tags)
     child.add_metadata(run_manager.inheritable_metadata)
     return child

@@ -125,6 +125,19 @@ async def test_streamed_and_invoked_replies_share_one_entry(first_style: str, se
     assert second.usage_metadata["output_tokens"] == first.usage_metadata["output_tokens"]
 
 
+async def test_inside_a_chain_the_inner_run_sends_no_events_of_its_own(model: CachedChatModel,
+                                                                    inner: FakeToolChatModel) -> None:
+    from langchain_core.runnables import RunnableLambda
+
+    chain = RunnableLambda(lambda q: ask(q)) | model
+    for _ in range(2):  # a miss streamed from the model, then a hit replayed
+        events = [e async for e in chain.astream_events(QUESTION, version="v2")]
+        streamed = [e["data"]["chunk"].content for e in events if e["event"] == "on_chat_model_stream"]
+        assert {e["name"] for e in events if e["event"].startswith("on_chat_model")} == {"CachedChatModel"}
+        assert "".join(streamed) == "Answer 1: you asked 'What color is the shape?'."
+    assert inner.calls == ["stream"]
+
+
 def test_hit_reply_gets_this_runs_id_not_the_stored_one(model: CachedChatModel) -> None:
     first = model.invoke(ask(QUESTION))
     again = model.invoke(ask(QUESTION))
@@ -313,3 +326,28 @@ def test_constructor_forms(inner: FakeToolChatModel, make_engine: Callable[..., 
         CachedChatModel(inner, cache=True)  # type: ignore[arg-type]
     assert shared._get_ls_params()["ls_model_name"] == "fake-tool-model"
     assert isinstance(ChatGeneration(message=shared.invoke(ask(QUESTION))), ChatGeneration)
+
+
+# ---------------------------------------------------------------------------- inside LangGraph
+def test_langgraph_messages_stream_sends_each_token_once_and_replays_from_the_cache(
+        model: CachedChatModel, inner: FakeToolChatModel) -> None:
+    """LangGraph's ``stream_mode="messages"`` listens to every chat-model run: the inner
+    model's run, nested under the wrapper's, must not send the tokens a second time."""
+    import warnings
+
+    from langgraph.prebuilt import create_react_agent
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        agent = create_react_agent(model, [catalog_price])
+
+    def run() -> list[str]:
+        return [c.content for c, meta in agent.stream({"messages": ask("What is the price?")}, stream_mode="messages")
+                if isinstance(c, AIMessageChunk) and c.content]
+
+    first = run()
+    assert inner.calls == ["stream", "stream"]  # tool call, then the answer, both streamed from the model
+    answer = "Answer 2: the tool said $3.40."
+    assert first == ["Answer", " 2:", " the", " tool", " said", " $3.40."] and "".join(first) == answer
+    assert run() == first and inner.calls == ["stream", "stream"]  # second run: every token from the cache
+    assert model.stats()["chat_model"]["hits"] == 2
