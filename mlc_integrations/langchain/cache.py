@@ -229,12 +229,12 @@ class MultimodalSemanticCache(BaseCache):
         found = self.engine.lookup_explained(req)
         gens, note = None, ""
         if found.hit is not None:
-            gens, note = self.restore(found.hit)
+            gens, note = self._restore(found.hit)
         if gens is None:
             self._pending.put((prompt, llm_string), (req, kind))
         return LookupRecord.of(req, kind, llm_string, found, note=note), gens
 
-    def restore(self, hit: Hit) -> tuple[Optional[list[Generation]], str]:
+    def _restore(self, hit: Hit) -> tuple[Optional[list[Generation]], str]:
         """The generations stored in ``hit``, or None and why not (an unreadable entry is
         deleted; strict mode raises :class:`PayloadError`)."""
         try:

@@ -91,26 +91,26 @@ class CachedChatModel(BaseChatModel):
                 if isinstance(model, Runnable) else ""
             raise TypeError(f"model must be a LangChain BaseChatModel, got {type(model).__name__}{hint}")
         fields = {k: options.pop(k) for k in list(options) if k in type(self).model_fields}
-        owns = False
+        ns = {"namespace": namespace} if namespace is not None else {}
         if isinstance(cache, MultimodalSemanticCache):
             if options or strict or namespace is not None:
                 raise TypeError("CachedChatModel(cache=MultimodalSemanticCache(...)) uses that cache's namespace, "
                                 "strictness and engine; configure them there")
-            semantic = cache
         elif isinstance(cache, MLCEngine):
             if options or strict:
                 raise TypeError("CachedChatModel(cache=MLCEngine(...)) uses that engine's settings; "
                                 "configure strict and other options on the engine")
-            semantic = MultimodalSemanticCache(cache, **({"namespace": namespace} if namespace else {}))
-        elif cache is None:
-            semantic = MultimodalSemanticCache(strict=strict, **({"namespace": namespace} if namespace else {}),
-                                               **options)
-            owns = True
-        else:
+        elif cache is not None:
             raise TypeError(f"cache must be a MultimodalSemanticCache, an MLCEngine or None, got {type(cache).__name__}")
         super().__init__(model=model, cache=False, **fields)
-        self._mlc_cache = semantic
-        self._owns_cache = owns
+        # built only once the wrapper's own fields are valid: an engine may hold a directory lock
+        if isinstance(cache, MultimodalSemanticCache):
+            self._mlc_cache = cache
+        elif isinstance(cache, MLCEngine):
+            self._mlc_cache = MultimodalSemanticCache(cache, **ns)
+        else:
+            self._mlc_cache = MultimodalSemanticCache(strict=strict, **ns, **options)
+            self._owns_cache = True
         self._counters = Counters(_COUNTERS)
         self._fail_open = FailOpen(self._counters, lambda: self._mlc_cache.strict, log)
         self._tracking = LookupTracking()
@@ -292,7 +292,7 @@ class CachedChatModel(BaseChatModel):
                 chunk = ChatGenerationChunk(message=as_chunk(message))
                 chunks.append(chunk)
                 yield chunk
-        self._store(call.request, self._finished(call, chunks))
+        self._store_stream(call, chunks)
 
     async def _astream(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                        run_manager: Any = None, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
@@ -309,17 +309,22 @@ class CachedChatModel(BaseChatModel):
                     chunk = ChatGenerationChunk(message=as_chunk(message))
                     chunks.append(chunk)
                     yield chunk
-        await asyncio.to_thread(self._store, call.request, self._finished(call, chunks))
+        await asyncio.to_thread(self._store_stream, call, chunks)
 
     # ------------------------------------------------------------------ stream bookkeeping
     def _stream_outcome(self, call: _Call) -> "_StreamOutcome":
         return _StreamOutcome(self._counters, call.request is not None)
 
-    def _finished(self, call: _Call, chunks: list[ChatGenerationChunk]) -> list[ChatGeneration]:
-        generation = finished_generation(chunks)
-        if call.request is not None:
-            self._counters.incr("streams_finished")
-        return [generation] if generation is not None else []
+    def _store_stream(self, call: _Call, chunks: list[ChatGenerationChunk]) -> None:
+        """Store a stream that has finished, as the reply ``invoke`` would have returned."""
+        if call.request is None:
+            return
+        self._counters.incr("streams_finished")
+        generation = self._fail_open.attempt("the finished stream cannot be assembled into a reply",
+                                             finished_generation, chunks, counter="unstorable_responses",
+                                             error=PayloadError, level=logging.INFO, outcome="streamed, not cached")
+        if generation is not None:
+            self._store(call.request, [generation])
 
 
 class _StreamOutcome:

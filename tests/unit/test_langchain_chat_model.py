@@ -138,6 +138,17 @@ async def test_inside_a_chain_the_inner_run_sends_no_events_of_its_own(model: Ca
     assert inner.calls == ["stream"]
 
 
+@pytest.mark.parametrize("style", ["invoke", "stream", "astream"])
+async def test_answer_given_to_the_engine_is_the_text_the_user_reads(style: str, model: CachedChatModel,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    answers: list[Optional[str]] = []
+    update = model.engine.update
+    monkeypatch.setattr(model.engine, "update", lambda req, payload, **kw: answers.append(kw.get("answer"))
+                        or update(req, payload, **kw))
+    reply, _ = await call(model, style, ask(QUESTION))
+    assert answers == [reply.content] and reply.content.startswith("Answer 1")
+
+
 def test_hit_reply_gets_this_runs_id_not_the_stored_one(model: CachedChatModel) -> None:
     first = model.invoke(ask(QUESTION))
     again = model.invoke(ask(QUESTION))
