@@ -38,8 +38,8 @@ from .workloads import Workload
 log = logging.getLogger(__name__)
 
 ENCODERS = ("efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2")
-TAUS = (0.80, 0.90, 0.95, 0.98)
-STREAM_SIZES: dict[str, dict[str, Any]] = {"video": {"stride": 3}, "photo-classes": {"variants_per_photo": 2}}
+TAUS = (0.80, 0.90, 0.95)
+STREAM_SIZES: dict[str, dict[str, Any]] = {"video": {"stride": 6}, "photo-classes": {"variants_per_photo": 1}}
 QUICK_SIZES: dict[str, dict[str, Any]] = {"video": {"stride": 8, "max_frames": 40}, "photo-classes": {"variants_per_photo": 1}}
 
 
