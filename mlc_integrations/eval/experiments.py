@@ -112,6 +112,11 @@ def sweep(
     """Per tier and threshold: hit rate, accuracy, false-hit rate, lookup overhead and
     end-to-end time against the ground-truth oracle, plus the no-cache and exact-only
     baselines and (full runs) real GPTCache at its default threshold."""
+    if workload_name in ("scenes", "scenes-edit"):  # Experiment 2 on the procedural scenes
+        from .scene_experiments import scene_sweep
+
+        return scene_sweep(workload_name, quick=quick, taus=taus, latency_ms=latency_ms, split=split, seed=seed,
+                           gptcache=gptcache, progress=progress)
     t0 = time.perf_counter()
     wl = build(workload_name, quick=quick, seed=seed, split=split)
     taus = tuple(taus or (QUICK_TAUS if quick else FULL_TAUS))
