@@ -133,10 +133,10 @@ def plot_scenes(exp: Experiment, out: Path) -> Optional[Path]:
         if r.config in ("MLC defaults", "MLC as shipped", "exact-only", "GPTCache t=0.8"):
             v = sc["scores"][r.label]["served_fraction"] or 0
             axes[0].axhline(v, ls="--", lw=1, color={"MLC defaults": "C3", "MLC as shipped": "C7"}.get(r.config, "gray"))
-            axes[0].text(0.5, v, f" {r.config}", va="bottom", fontsize=7)
+            axes[0].text(0.01, v, f" {r.config}", va="bottom", fontsize=7, transform=axes[0].get_yaxis_transform())
             bad = sc["scores"][r.label]["changed_answer_reused"] if edit else r.wrong_hits
             axes[1].axhline(bad, ls="--", lw=1, color={"MLC defaults": "C3", "MLC as shipped": "C7"}.get(r.config, "gray"))
-            axes[1].text(0.5, bad, f" {r.config}", va="bottom", fontsize=7)
+            axes[1].text(0.01, bad, f" {r.config}", va="bottom", fontsize=7, transform=axes[1].get_yaxis_transform())
     axes[0].set_title(f"{wl}: oracle-reusable requests served from the cache")
     axes[0].set_ylabel("served / oracle-reusable")
     axes[1].set_title(f"{wl}: " + ("reuses of an answer the edit changed" if edit else "wrong answers from the cache"))

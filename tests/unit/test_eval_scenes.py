@@ -196,3 +196,27 @@ def test_quick_scene_sweep_end_to_end(workload: str, tmp_path: Path, text_embedd
     assert "Experiment 2 table" in md and "Oracle-reusable" in md and f"scenes_{workload}.png" in md
     assert (out / f"scenes_{workload}.png").stat().st_size > 1000
     assert "report:" in capsys.readouterr().out
+
+
+def test_scenes_clip_is_small_reproducible_and_loads_through_the_engine(tmp_path: Path, text_embedder: Any) -> None:
+    import hashlib
+
+    from mlc_integrations import MLCEngine
+    from mlc_integrations.eval.train_scenes_clip import MODEL_CFG, MODEL_DIR, train
+    from mlc_integrations.request import CacheRequest
+
+    assert json.loads((MODEL_DIR / "open_clip_config.json").read_text())["model_cfg"] == MODEL_CFG
+    assert (MODEL_DIR / "open_clip_model.safetensors").stat().st_size < 8_000_000
+    a = train(tmp_path / "a", steps=2, n_scenes=3, scenes_per_step=2, progress=False, evaluate_after=False)
+    b = train(tmp_path / "b", steps=2, n_scenes=3, scenes_per_step=2, progress=False, evaluate_after=False)
+    digest = [hashlib.sha256((tmp_path / x / "open_clip_model.safetensors").read_bytes()).hexdigest() for x in "ab"]
+    assert digest[0] == digest[1] and a["final_loss"] == b["final_loss"]
+    # The packaged model: a drifted frame of a scene is an L2 hit, the scene after a recolour is not.
+    s = generate_scene("test", 1)
+    eng = MLCEngine(clip_model=str(MODEL_DIR))
+    eng.update(CacheRequest(text="what color is the square?", images=[render(s, Camera(noise_seed=1))]), {"text": "x"})
+    drift = render(s, Camera.drifted(np.random.default_rng(1), Camera(noise_seed=1)))
+    hit = eng.lookup(CacheRequest(text="what color is the square?", images=[drift]))
+    assert eng.l2_status == "on" and hit is not None and hit.tier == "L2"
+    other = recolor_object(s, s.objects[0].oid, next(c for c in COLORS if c != s.objects[0].color))
+    assert eng.lookup(CacheRequest(text="what color is the square?", images=[render(other, Camera(noise_seed=1))])) is None
