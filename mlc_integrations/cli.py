@@ -20,7 +20,7 @@ import sys
 from typing import Optional, Sequence
 
 # The workloads of mlc_integrations.eval.workloads (kept here so --help needs no eval extra).
-WORKLOAD_NAMES = ("vqa", "camera", "photos", "qqp", "contextual")
+WORKLOAD_NAMES = ("vqa", "camera", "photos", "qqp", "contextual", "scenes", "scenes-edit", "video", "photo-classes")
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:

@@ -127,7 +127,13 @@ def sweep(
     end-to-end time against the workload's backend (:func:`backend_for`), plus the
     no-cache and exact-only baselines and, with ``gptcache``, real GPTCache at its
     default threshold. L2 runs on ``image_encoder`` (default: the engine's default
-    image encoder on the classifier streams, ``mlc-easyvqa-tiny`` on easy-vqa ones)."""
+    image encoder on the classifier streams, ``mlc-easyvqa-tiny`` on easy-vqa ones).
+    The procedural scenes (Experiment 2) have their own sweep (scene_experiments.py)."""
+    if workload_name in ("scenes", "scenes-edit"):
+        from .scene_experiments import scene_sweep
+
+        return scene_sweep(workload_name, quick=quick, taus=taus, latency_ms=latency_ms, split=split, seed=seed,
+                           gptcache=gptcache, progress=progress)
     from ..image_encoders import DEFAULT_IMAGE_ENCODER
 
     t0 = time.perf_counter()

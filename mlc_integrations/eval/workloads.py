@@ -22,6 +22,8 @@ request's own truth: this is how every number in the reports is judged.
 * ``qqp``: Quora question pairs (duplicate / not duplicate) from the shared data folder.
 * ``contextual``: MeanCache's main query / follow-up pairs: a follow-up (asked in the
   conversation after the main query) must not reuse the main query's answer.
+* ``scenes``, ``scenes-edit``: GQA-like questions about procedural multi-object scenes,
+  and a camera over scenes that get small edits (:mod:`.scene_workloads`).
 """
 
 from __future__ import annotations
@@ -61,7 +63,9 @@ class WorkItem:
 
     ``image`` is the encoded file the user sends (PNG or JPEG bytes) or None;
     ``context`` the earlier turns of the conversation as ``(role, text)`` pairs;
-    ``truth`` the correct answer for this request; ``kind`` what the item tests.
+    ``truth`` the correct answer for this request; ``kind`` what the item tests;
+    ``meta`` what a workload knows about the item beyond that (the scene streams: scene,
+    scene state, question meaning, whether an ideal cache could reuse an answer).
     """
 
     text: str
@@ -70,6 +74,7 @@ class WorkItem:
     image: Optional[bytes] = None
     mime: str = "image/png"
     context: tuple[tuple[str, str], ...] = ()
+    meta: dict[str, object] = field(default_factory=dict)
 
     def data_url(self) -> str:
         assert self.image is not None
@@ -379,6 +384,18 @@ def contextual_stream(seed: int = 0, n: Optional[int] = None, path: Optional[Pat
     )
 
 
+def _scenes(**kw: object) -> Workload:
+    from .scene_workloads import scene_stream  # imports this module
+
+    return scene_stream(**kw)  # type: ignore[arg-type]
+
+
+def _scenes_edit(**kw: object) -> Workload:
+    from .scene_workloads import edit_stream
+
+    return edit_stream(**kw)  # type: ignore[arg-type]
+
+
 WORKLOADS: dict[str, Callable[..., Workload]] = {
     "vqa": vqa_stream,
     "camera": camera_stream,
@@ -387,6 +404,8 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "contextual": contextual_stream,
     "video": _video_stream,  # real camera frames, real classifier (image_streams.py)
     "photo-classes": _classified_photo_stream,
+    "scenes": _scenes,
+    "scenes-edit": _scenes_edit,
 }
 
 # Sizes: full run vs --quick.
@@ -398,6 +417,8 @@ SIZES: dict[str, dict[str, dict[str, int]]] = {
     "contextual": {"full": {}, "quick": {"n": 25}},
     "video": {"full": {"stride": 4}, "quick": {"stride": 8, "max_frames": 40}},
     "photo-classes": {"full": {"variants_per_photo": 3}, "quick": {"variants_per_photo": 1}},
+    "scenes": {"full": {"n_sessions": 32}, "quick": {"n_sessions": 2}},
+    "scenes-edit": {"full": {"n_scenes": 16}, "quick": {"n_scenes": 1}},
 }
 
 
@@ -407,7 +428,7 @@ def build(name: str, *, quick: bool = False, seed: int = 0, split: str = "test")
         raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
     kw: dict[str, object] = dict(SIZES[name]["quick" if quick else "full"])
     kw["seed"] = seed
-    if name in ("vqa", "camera"):
+    if name in ("vqa", "camera", "scenes", "scenes-edit"):
         kw["split"] = split
     return WORKLOADS[name](**kw)
 
