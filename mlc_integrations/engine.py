@@ -48,8 +48,10 @@ DEFAULT_L1_THRESHOLD = 0.80
 DEFAULT_L2_IMAGE_THRESHOLD = 0.95  # for an image encoder without its own calibrated threshold
 DEFAULT_L2_PROMPT_THRESHOLD = 0.80
 # The L2 pre-screen: a stored fingerprint this close to a new picture's is needed before the
-# image encoder runs. Measured on real photos' near-duplicates and consecutive video frames
-# (`python -m mlc_integrations.eval.prescreen`): see docs/operations.md.
+# image encoder runs. At 0.5 it lost 0 of 517 encoder hits among near-duplicates of 67 real
+# pictures and 0 of 178 among consecutive real video frames, and saved the encoder run for
+# 97.5 % of pairs of different pictures (`python -m mlc_integrations.eval.prescreen`,
+# docs/results/prescreen.md).
 DEFAULT_L2_PRESCREEN = 0.5
 _UNSET: Any = object()
 
