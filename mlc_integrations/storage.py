@@ -10,6 +10,10 @@ One collection per tier, named from the tier:
 
 Embedded (:class:`chromadb.PersistentClient` or in-memory) or a Chroma server
 (:class:`chromadb.HttpClient`): the engine does not otherwise notice which.
+
+A persistent store leaves a marker file while it is open (removed by :meth:`ChromaStore.close`);
+opening a directory whose marker outlived its process checks every vector collection
+for rows the HNSW index cannot return and repairs them (:mod:`.index_repair` says why).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import time
 from typing import Any, Callable, Optional, TypeVar
 
 from .errors import StorageError
+from .index_repair import VECTOR_TIERS, IndexCheck, OpenMarkers, PinnedCollection, PinnedIds, repair
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +45,9 @@ DEFAULT_TIMEOUT = 5.0  # seconds per Chroma server request (chromadb's own defau
 # a neighbour the index does not return is a lost hit. Set when a collection is created.
 DEFAULT_SEARCH_EF = 100
 DEFAULT_RETRY_INTERVAL = 1.0  # seconds an unreachable server is not retried: calls fail fast meanwhile
+# When to check the vector indexes on open: "after_crash" (a marker outlived its process;
+# persistent stores only), "always" (every open, any mode) or "never".
+INDEX_CHECK_MODES = ("after_crash", "always", "never")
 
 
 class ServerUnreachableError(StorageError):
@@ -82,6 +90,13 @@ class ChromaStore:
     forever on a hung server), and after a failed reconnect fails calls fast for
     ``retry_interval`` seconds, so a down server costs a lookup microseconds, not a
     timeout each; the first call after the interval reconnects.
+
+    ``check_index`` says when opening the store checks its vector indexes (see
+    :data:`INDEX_CHECK_MODES`); :meth:`check_index` runs the check on demand and
+    :meth:`index_stats` counts what checks found. ``check_every_writes`` = N > 0 also
+    re-checks a vector collection after every N writes to it (1: after each write, so
+    no acknowledged vector is ever unreachable; the cost is one exhaustive query per
+    check, see docs/operations.md).
     """
 
     def __init__(
@@ -96,7 +111,12 @@ class ChromaStore:
         timeout: Optional[float] = DEFAULT_TIMEOUT,
         retry_interval: float = DEFAULT_RETRY_INTERVAL,
         hnsw_search_ef: int = DEFAULT_SEARCH_EF,
+        check_index: str = "after_crash",
+        check_every_writes: int = 0,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        if check_index not in INDEX_CHECK_MODES:
+            raise ValueError(f"check_index must be one of {INDEX_CHECK_MODES}, got {check_index!r}")
         if persist_directory and chroma_host:
             raise ValueError("give either persist_directory (embedded) or chroma_host (server), not both")
         self.persist_directory = persist_directory
@@ -109,6 +129,12 @@ class ChromaStore:
         if int(hnsw_search_ef) < 1:
             raise ValueError("hnsw_search_ef must be >= 1")
         self.hnsw_search_ef = int(hnsw_search_ef)
+        self.monotonic = monotonic  # the retry interval's clock; injectable so tests need no sleeping
+        # What the server-failure policy did, for tests and diagnosis: connection attempts
+        # (client creations), requests that timed out, calls failed fast without a request.
+        self.connect_attempts = 0
+        self.timeouts = 0
+        self.failed_fast = 0
         self._down_until = 0.0  # monotonic time before which the server is not retried
         self._generation = 0  # bumped on every reconnect, so concurrent failures reconnect once
         if not persist_directory and not chroma_host and client is None:
@@ -123,6 +149,18 @@ class ChromaStore:
         self._collections: dict[str, Any] = {}
         self._dims: dict[str, int] = {}
         self._lock = threading.RLock()
+        self.check_index_mode = check_index
+        if check_every_writes < 0:
+            raise ValueError("check_every_writes must be >= 0 (0: off)")
+        self.check_every_writes = int(check_every_writes)
+        self._writes_since_check: dict[str, int] = {t: 0 for t in VECTOR_TIERS}
+        # Rows of each vector tier the index cannot reach even after a re-insert:
+        # queries score them exactly (PinnedCollection). Filled by checks.
+        self._pinned: dict[str, PinnedIds] = {t: PinnedIds() for t in VECTOR_TIERS}
+        self._index_counts = {"index_checks": 0, "index_unreachable": 0, "index_reinserted": 0,
+                              "index_pinned_total": 0, "index_unreadable": 0, "index_check_errors": 0}
+        self.last_index_check: dict[str, IndexCheck] = {}
+        self._markers = OpenMarkers(persist_directory, self.prefix) if persist_directory and not self._user_client else None
 
     @property
     def mode(self) -> str:
@@ -136,6 +174,7 @@ class ChromaStore:
         import chromadb
 
         if self.chroma_host:
+            self.connect_attempts += 1
             self._preflight()
             client = chromadb.HttpClient(
                 host=self.chroma_host,
@@ -184,7 +223,94 @@ class ChromaStore:
                     raise
                 except Exception as exc:
                     raise StorageError(f"cannot open Chroma ({self.mode}): {type(exc).__name__}: {exc}") from exc
+                self._after_open()
             return self._client
+
+    # ------------------------------------------------------------------ index checks
+    @property
+    def repairs(self) -> int:
+        """Rows found unreachable by checks and made findable again (re-inserted or pinned)."""
+        return self._index_counts["index_reinserted"] + self._index_counts["index_pinned_total"]
+
+    def _after_open(self) -> None:
+        """First client of this store: leave a marker, and check the indexes if asked to."""
+        if self.check_index_mode == "never":
+            return
+        stale = []
+        if self._markers is not None and self._markers.path is None:
+            try:
+                stale = self._markers.left_behind()
+                self._markers.create()
+            except OSError as exc:  # read-only directory: no crash detection, the store still works
+                log.warning("cannot keep an open marker in %s (%s); index checks after a crash are off",
+                            self.persist_directory, exc)
+        if self.check_index_mode == "always" or stale:
+            if stale:
+                log.warning("%s was not closed cleanly (%d marker(s) left); checking its vector indexes",
+                            self.persist_directory, len(stale))
+            if self.check_index() is not None and self._markers is not None:
+                self._markers.discard(stale)  # kept on failure: the next open checks again
+
+    def check_index(self, tiers: tuple[str, ...] = VECTOR_TIERS) -> Optional[dict[str, IndexCheck]]:
+        """Check the existing vector collections for rows their index cannot return, and repair
+        them (one re-insert each; what stays unreachable is pinned). None if the check failed."""
+        out: dict[str, IndexCheck] = {}
+        try:
+            with self._lock:
+                existing = {c.name if hasattr(c, "name") else str(c) for c in self.client.list_collections()}
+                for tier in tiers:
+                    if self.name(tier) not in existing:
+                        continue
+                    col = self.client.get_collection(self.name(tier), embedding_function=None)
+                    report = repair(col, tier, self._pinned[tier].snapshot())
+                    self._record(report)
+                    out[tier] = report
+        except Exception as exc:  # never stop the cache from opening; the marker stays for the next open
+            self._index_counts["index_check_errors"] += 1
+            log.error("vector index check failed: %s: %s", type(exc).__name__, exc)
+            return None
+        return out
+
+    def _record(self, report: IndexCheck) -> None:
+        """Count what the check found that was not known before (pinned rows are re-found
+        by every later check while they stay unreachable)."""
+        c = self._index_counts
+        known = self._pinned[report.tier].snapshot()
+        new = sum(i not in known for i in report.unreachable)
+        c["index_checks"] += 1
+        c["index_unreachable"] += new
+        c["index_reinserted"] += len(report.reinserted)
+        c["index_unreadable"] += len(report.unreadable)
+        c["index_pinned_total"] += sum(i not in known for i in report.pinned)
+        pinned = self._pinned[report.tier]
+        pinned.replace(report.pinned)  # wrappers already handed out share this object
+        if pinned:
+            self._collections.pop(report.tier, None)  # re-wrapped on next use
+        self.last_index_check[report.tier] = report
+        if new:
+            log.warning("%s: %d of %d vectors were not reachable in the index; %d re-inserted, %d pinned, "
+                        "%d unreadable (%.2f s)", self.name(report.tier), len(report.unreachable), report.rows,
+                        len(report.reinserted), len(report.pinned), len(report.unreadable), report.seconds)
+
+    def index_stats(self) -> dict[str, int]:
+        """Counters for the engine's ``stats()``: collections checked, unreachable rows found,
+        re-inserted, pinned (ever / now), unreadable, failed checks."""
+        return dict(self._index_counts, index_pinned=sum(len(p) for p in self._pinned.values()))
+
+    def _written(self, tier: str) -> None:
+        """A vector write went through the store: re-check its collection every N writes."""
+        self._writes_since_check[tier] += 1
+        if self._writes_since_check[tier] >= self.check_every_writes:
+            self._writes_since_check[tier] = 0
+            self.check_index((tier,))
+
+    def close(self) -> None:
+        """A clean close: the next open of this directory does not check the indexes."""
+        if self._markers is not None:
+            try:
+                self._markers.remove()
+            except OSError as exc:
+                log.warning("cannot remove open marker: %s", exc)
 
     def name(self, tier: str) -> str:
         return f"{self.prefix}_{TIER_COLLECTIONS[tier]}"
@@ -220,6 +346,9 @@ class ChromaStore:
                         f"(model {(col.metadata or {}).get('model')!r}); this engine's model gives {dim}-d. "
                         "Use another collection_prefix or clear the cache."
                     )
+                if self._pinned.get(tier) or (self.check_every_writes and tier in VECTOR_TIERS):
+                    on_write = (lambda t=tier: self._written(t)) if self.check_every_writes else None
+                    col = PinnedCollection(col, self._pinned[tier], on_write)
                 self._collections[tier] = col
                 if stored_dim is not None:
                     self._dims[tier] = int(stored_dim)
@@ -248,7 +377,8 @@ class ChromaStore:
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
         """Run a Chroma operation; on failure reconnect once and retry, then raise StorageError."""
-        if self._down_until and time.monotonic() < self._down_until:
+        if self._down_until and self.monotonic() < self._down_until:
+            self.failed_fast += 1
             raise ServerUnreachableError(
                 f"Chroma {what} skipped: server {self.chroma_host}:{self.chroma_port} was unreachable "
                 f"less than {self.retry_interval:g} s ago"
@@ -261,6 +391,7 @@ class ChromaStore:
             raise
         except Exception as first:
             if _is_timeout(first):  # a hung server: retrying would only double the wait
+                self.timeouts += 1
                 self._note_failure(first)
                 raise StorageError(f"Chroma {what} timed out after {self.timeout:g} s: {first}") from first
             log.debug("chroma %s failed (%s); reconnecting once", what, first)
@@ -271,6 +402,7 @@ class ChromaStore:
                 self._note_failure(exc)
                 raise
             except Exception as exc:
+                self.timeouts += _is_timeout(exc)
                 self._note_failure(exc)
                 raise StorageError(f"Chroma {what} failed: {type(exc).__name__}: {exc}") from exc
         if self._down_until:
@@ -283,7 +415,7 @@ class ChromaStore:
             if not self._down_until:
                 log.warning("Chroma server %s:%s unreachable; cache calls fail fast (as misses) and reconnect "
                             "is retried every %g s", self.chroma_host, self.chroma_port, self.retry_interval)
-            self._down_until = time.monotonic() + self.retry_interval
+            self._down_until = self.monotonic() + self.retry_interval
 
     @staticmethod
     def dummy_vector() -> list[float]:

@@ -200,10 +200,14 @@ def _why_missed(eng: MLCEngine, k: int) -> str:
 def crash_verify(path: str, journal: str, out_path: str) -> None:
     """Reopen the cache after a kill and check every key the journal mentions.
 
-    Writes a JSON report: problems found (must be empty) and what was checked.
+    Every key that must exist (its last acknowledged write was an update) is checked
+    three ways: exact lookup, reworded lookup (L1), and a neighbour query on the L1
+    collection for its own vector, which must rank it first. Writes a JSON report:
+    problems found (must be empty), what was checked, and what the store's index check
+    on open found and repaired.
     """
     problems: list[str] = []
-    checked = {"keys": 0, "exact_hits": 0, "l1_hits": 0, "in_flight": 0}
+    checked = {"keys": 0, "exact_hits": 0, "l1_hits": 0, "in_flight": 0, "must_exist": 0, "own_vector_first": 0}
     t0 = time.perf_counter()
     try:
         eng = engine(persist_directory=path)
@@ -213,7 +217,8 @@ def crash_verify(path: str, journal: str, out_path: str) -> None:
         # No vector visible without its response; every response readable and for its own id.
         exact = eng.store.collection("exact").get(include=["documents"])
         exact_ids = set(exact["ids"])
-        l1_ids = set(eng.store.collection("l1").get(include=[])["ids"])
+        l1 = eng.store.collection("l1")
+        l1_ids = set(l1.get(include=[])["ids"])
         if not l1_ids <= exact_ids:
             problems.append(f"{len(l1_ids - exact_ids)} L1 vectors without a response")
         id_of = {k: eng.key(question(k)).entry_id for k in states}
@@ -243,10 +248,33 @@ def crash_verify(path: str, journal: str, out_path: str) -> None:
                     checked["exact_hits" if hit.tier == "L0.5" else "l1_hits"] += 1
                     if para and hit.tier != "L1":
                         problems.append(f"key {k}: paraphrase served by tier {hit.tier}")
+                    if not para and hit.tier != "L0.5":
+                        problems.append(f"key {k}: exact question served by tier {hit.tier}")
+            if None not in allowed:  # acknowledged and present: its own vector must find it first
+                checked["must_exist"] += 1
+                top = l1.query(query_embeddings=[vec(k)], n_results=3, include=[])["ids"][0]
+                if top[:1] == [id_of[k]]:
+                    checked["own_vector_first"] += 1
+                else:
+                    problems.append(f"key {k}: a query for its own vector returned {[t[:12] for t in top]}, "
+                                    f"not {id_of[k][:12]}" + _why_missed(eng, k))
         st = eng.stats()
         if st["errors"]:
             problems.append(f"engine errors during verification: {st['errors']}")
         checked["entries"] = n_entries
+        checked["index"] = eng.store.index_stats()
     except BaseException as exc:
         problems.append(f"reopen/verify failed: {type(exc).__name__}: {exc}")
     Path(out_path).write_text(json.dumps({"problems": problems, "checked": checked}))
+
+
+def open_store_until_killed(path: str, n_vectors: int, ready: Any) -> None:
+    """Open a persistent store, write ``n_vectors`` L1 vectors, say so, and wait for SIGKILL."""
+    from mlc_integrations.storage import ChromaStore
+
+    store = ChromaStore(persist_directory=path)
+    col = store.collection("l1", dim=DIM)
+    for k in range(n_vectors):
+        col.upsert(ids=[f"k{k}"], embeddings=[vec(k)])
+    ready.set()
+    time.sleep(600)

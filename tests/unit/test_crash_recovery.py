@@ -1,6 +1,6 @@
 """A process killed mid-write leaves a cache that opens and answers correctly.
 
-Two complementary checks:
+Three complementary checks:
 
 * real SIGKILLs: a writer process doing mixed updates / overwrites / deletes on an
   embedded persistent Chroma is killed at random points, 20 times over; after each
@@ -9,7 +9,11 @@ Two complementary checks:
   request, every acknowledged write still there);
 * a deterministic in-process "crash" after every single write step of update and
   delete (the SIGKILLs land wherever the scheduler puts them; this covers each
-  gap between two Chroma writes on purpose, L2 included).
+  gap between two Chroma writes on purpose, L2 included);
+* vectors Chroma stores but its HNSW graph cannot reach (issue 14: what made the
+  SIGKILL test flaky; mlc_integrations/index_repair.py): provoked deterministically,
+  found by the store's index check, and served again; the check runs on the first
+  open after a process died with the store open, and not after a clean close.
 """
 
 from __future__ import annotations
@@ -26,8 +30,11 @@ import numpy as np
 import pytest
 
 from mlc_integrations import CacheRequest, MLCEngine
+from mlc_integrations.index_repair import finds_own_vector, unreachable_ids
+from mlc_integrations.storage import ChromaStore
 from tests.helpers import pattern
-from tests.integration.workers import crash_verify, crash_writer, expected_states, mp_context
+from tests.integration.workers import (crash_verify, crash_writer, expected_states, mp_context,
+                                       open_store_until_killed)
 
 CI_KILLS = 20
 SOAK_KILLS = 200
@@ -50,8 +57,9 @@ def run_kill_cycles(tmp_path: Path, kills: int, seed: int) -> dict[str, int]:
     ctx = mp_context()
     rng = random.Random(seed)
     path, journal = str(tmp_path / "cache"), tmp_path / "journal.jsonl"
-    totals = {"kills": 0, "kills_before_first_ack": 0, "keys_checked": 0,
-              "acked_ops": 0, "exact_hits": 0, "l1_hits": 0, "uncertain_keys": 0}
+    totals = {"kills": 0, "kills_before_first_ack": 0, "keys_checked": 0, "acked_ops": 0, "exact_hits": 0,
+              "l1_hits": 0, "uncertain_keys": 0, "own_vector_checks": 0, "index_checks": 0,
+              "index_unreachable": 0, "index_repaired": 0}
     for cycle in range(kills):
         n_before = len(journal.read_text().splitlines()) if journal.exists() else 0
         writer = ctx.Process(target=crash_writer, args=(path, str(journal), seed * 1000 + cycle, 1_000 * (cycle + 1)))
@@ -88,6 +96,12 @@ def run_kill_cycles(tmp_path: Path, kills: int, seed: int) -> dict[str, int]:
         totals["uncertain_keys"] = checked["in_flight"]
         totals["exact_hits"] += checked["exact_hits"]
         totals["l1_hits"] += checked["l1_hits"]
+        totals["own_vector_checks"] += checked["own_vector_first"]
+        assert checked["own_vector_first"] == checked["must_exist"]  # also a problem above; explicit here
+        index = checked["index"]
+        totals["index_checks"] += index["index_checks"]
+        totals["index_unreachable"] += index["index_unreachable"]
+        totals["index_repaired"] += index["index_reinserted"] + index["index_pinned_total"]
     return totals
 
 
@@ -97,8 +111,12 @@ def test_sigkill_writer_20_times_reopens_and_answers_correctly(tmp_path: Path) -
     assert totals["kills"] == CI_KILLS
     assert totals["acked_ops"] > CI_KILLS  # the writers really wrote between kills
     assert totals["exact_hits"] > 0 and totals["l1_hits"] > 0  # both tiers were checked, not just misses
-    # The journal knows every key ever written; acknowledged ones were all found (checked in the verifier).
+    # The journal knows every key ever written; acknowledged ones were all found (checked in the verifier)
+    # by exact lookup, reworded lookup and a query for their own vector.
     assert totals["keys_checked"] == len(expected_states(str(tmp_path / "journal.jsonl")))
+    assert totals["own_vector_checks"] > 0
+    assert totals["index_checks"] >= CI_KILLS - totals["kills_before_first_ack"]  # every reopen after a kill checked
+    assert totals["index_repaired"] == totals["index_unreachable"]  # whatever was found, was repaired
 
 
 @pytest.mark.slow
@@ -106,7 +124,9 @@ def test_sigkill_writer_soak(tmp_path: Path) -> None:
     totals = run_kill_cycles(tmp_path, SOAK_KILLS, seed=88)
     print(f"crash soak: {totals}")
     assert totals["kills"] == SOAK_KILLS
-    assert totals["exact_hits"] > 0 and totals["l1_hits"] > 0
+    assert totals["exact_hits"] > 0 and totals["l1_hits"] > 0 and totals["own_vector_checks"] > 0
+    assert totals["keys_checked"] == len(expected_states(str(tmp_path / "journal.jsonl")))
+    assert totals["index_repaired"] == totals["index_unreachable"]
 
 
 # ---------------------------------------------------------------------- deterministic crash points
@@ -224,3 +244,121 @@ def test_vector_without_response_is_a_counted_miss_and_reconciled(make_engine, s
     st = fresh.stats()
     assert st["orphans_removed"] >= 1 and st["misses"] == 1
     assert eid not in fresh.store.collection("l1").get(include=[])["ids"]  # reconciled on read
+
+
+# ---------------------------------------------------------------------- vectors the index cannot reach
+UNREACHABLE_SEED, UNREACHABLE_N, UNREACHABLE_ROW = 6, 400, 318
+
+
+def _cluster(n: int = UNREACHABLE_N, seed: int = UNREACHABLE_SEED) -> np.ndarray:
+    """Tightly clustered 32-d vectors. Added one at a time (sequential inserts make
+    chromadb 1.5.9's HNSW construction deterministic), row 318 ends up with no inbound
+    link: found by benchmarks-style search over seeds, see mlc_integrations/index_repair.py."""
+    rng = np.random.default_rng(seed)
+    base = rng.normal(size=32)
+    return base + 0.05 * rng.normal(size=(n, 32))
+
+
+def test_vector_the_index_cannot_reach_is_found_by_the_check_and_served() -> None:
+    store = ChromaStore(collection_prefix="unreachable")  # in memory: the graph is what matters
+    col = store.collection("l1", dim=32)
+    x = _cluster()
+    for i, v in enumerate(x):
+        col.add(ids=[f"r{i}"], embeddings=[v.tolist()], metadatas=[{"part": "p"}])
+    lost = f"r{UNREACHABLE_ROW}"
+    # The divergence of issue 14: stored (count, get, even its vector), never returned by a query.
+    rows, unreachable = unreachable_ids(col)
+    assert (rows, unreachable) == (UNREACHABLE_N, [lost]), "the provocation no longer provokes: find a new seed"
+    assert col.get(ids=[lost], include=["embeddings"])["ids"] == [lost]
+    assert not finds_own_vector(col, lost, x[UNREACHABLE_ROW])
+    # Re-inserting it does not help: the same geometry prunes its inbound links again.
+    col.upsert(ids=[lost], embeddings=[x[UNREACHABLE_ROW].tolist()], metadatas=[{"part": "p"}])
+    assert unreachable_ids(col)[1] == [lost]
+
+    report = store.check_index()["l1"]
+    assert (report.rows, report.unreachable, report.pinned, report.unreadable) == (UNREACHABLE_N, [lost], [lost], [])
+    assert store.repairs == 1 and store.index_stats()["index_pinned"] == 1
+    served = store.collection("l1")
+    assert unreachable_ids(served)[1] == []
+    top = served.query(query_embeddings=[x[UNREACHABLE_ROW].tolist()], n_results=16,
+                       include=["distances", "metadatas"])
+    assert top["ids"][0][0] == lost and top["distances"][0][0] < 1e-6 and top["metadatas"][0][0] == {"part": "p"}
+    assert len(top["ids"][0]) == 16 and top["distances"][0] == sorted(top["distances"][0])
+    assert "metadatas" in top and top.get("embeddings") is None  # same shape as Chroma's answer
+    # Filters apply to pinned rows as to any other.
+    assert lost not in served.query(query_embeddings=[x[UNREACHABLE_ROW].tolist()], n_results=16,
+                                    where={"part": "other"}, include=[])["ids"][0]
+    assert served.query(query_embeddings=[x[UNREACHABLE_ROW].tolist()], n_results=1, ids=[lost],
+                        include=[])["ids"][0] == [lost]
+    # Deleted, it is gone from answers too.
+    served.delete(ids=[lost])
+    assert lost not in served.query(query_embeddings=[x[UNREACHABLE_ROW].tolist()], n_results=16,
+                                    include=[])["ids"][0]
+
+
+def test_check_every_write_keeps_every_vector_findable_as_it_is_written() -> None:
+    """check_every_writes=1: the vector loses its last inbound link to later inserts
+    (right after its own insert it is reachable), and is pinned by the next check."""
+    store = ChromaStore(collection_prefix="every", check_every_writes=1)
+    col = store.collection("l1", dim=32)
+    x = _cluster()
+    for i, v in enumerate(x):
+        col.add(ids=[f"r{i}"], embeddings=[v.tolist()])
+        if i == UNREACHABLE_ROW:
+            assert store.index_stats()["index_pinned"] == 0  # not yet unreachable when written
+    assert store.index_stats()["index_checks"] == UNREACHABLE_N
+    assert unreachable_ids(col._col)[1] == [f"r{UNREACHABLE_ROW}"]  # Chroma alone
+    assert unreachable_ids(col)[1] == []  # through the store
+    st = store.index_stats()
+    assert st["index_unreachable"] == st["index_pinned_total"] == st["index_pinned"] == 1  # counted once
+
+
+def test_engine_entry_lost_to_its_index_is_a_hit_again_after_the_check(make_engine) -> None:
+    """The same provocation through the engine: the entry whose L1 vector is unreachable
+    misses a reworded lookup (its own vector) until the store's check pins it."""
+    eng = make_engine(clip_model=None, verifier=None, l1_threshold=0.9999)  # only its own vector is that close
+    x = _cluster()
+    for i, v in enumerate(x):
+        eng.update(CacheRequest(text=f"question {i}", text_embedding=v.tolist()), {"i": i})
+    reworded = CacheRequest(text="the question, reworded", text_embedding=x[UNREACHABLE_ROW].tolist())
+    assert eng.lookup(CacheRequest(text=f"question {UNREACHABLE_ROW}")).tier == "L0.5"  # exact: by id, unaffected
+    assert eng.lookup(reworded) is None, "the provocation no longer provokes: find a new seed"
+    assert eng.store.check_index()["l1"].pinned == [eng.key(CacheRequest(text=f"question {UNREACHABLE_ROW}")).entry_id]
+    hit = eng.lookup(reworded)
+    assert hit is not None and hit.tier == "L1" and hit.payload == {"i": UNREACHABLE_ROW}
+    assert eng.lookup(CacheRequest(text="question 5 reworded", text_embedding=x[5].tolist())).payload == {"i": 5}
+
+
+def test_index_is_checked_after_a_process_died_with_the_store_open_not_after_a_clean_close(tmp_path: Path) -> None:
+    path = str(tmp_path / "cache")
+    ctx = mp_context()
+    ready = ctx.Event()
+    child = ctx.Process(target=open_store_until_killed, args=(path, 30, ready))
+    child.start()
+    assert ready.wait(120), "child never opened the store"
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(30)
+    markers = lambda: sorted(p.name for p in Path(path).glob(".mlc-open-*"))  # noqa: E731
+    assert len(markers()) == 1  # the dead child's
+
+    after_kill = ChromaStore(persist_directory=path)
+    after_kill.client  # opening runs the check
+    st = after_kill.index_stats()
+    assert st["index_checks"] == 1 and st["index_check_errors"] == 0
+    assert after_kill.last_index_check["l1"].rows == 30
+    assert [m.split("-")[3] for m in markers()] == [str(os.getpid())]  # the dead child's is gone, ours is there
+    live_twin = ChromaStore(persist_directory=path)  # another live store in this process is no crash
+    live_twin.client
+    assert live_twin.index_stats()["index_checks"] == 0
+    live_twin.close()
+    after_kill.close()
+    assert markers() == []
+
+    clean = ChromaStore(persist_directory=path)
+    clean.client
+    assert clean.index_stats()["index_checks"] == 0  # clean close: no check on the next open
+    clean.close()
+    always = ChromaStore(persist_directory=path, check_index="always")
+    always.client
+    assert always.index_stats()["index_checks"] == 1
+    always.close()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 
 import numpy as np
 import pytest
@@ -68,12 +67,13 @@ def test_purge_expired(make_engine) -> None:
 
 
 def test_lru_eviction_keeps_recently_used(make_engine) -> None:
-    eng = make_engine(max_entries=3, enable_l2=False)
+    clock = FakeClock()
+    eng = make_engine(max_entries=3, enable_l2=False, clock=clock)
     for i in range(3):
         eng.update(req(f"unrelated question {i} about topic {i * 7}"), i)
-        time.sleep(0.01)
+        clock.now += 1
     assert eng.lookup(req("unrelated question 0 about topic 0")).payload == 0  # touch the oldest
-    time.sleep(0.01)
+    clock.now += 1
     eng.update(req("a fourth and new question"), 3)
     assert eng.count() == 3
     assert eng.lookup(req("unrelated question 1 about topic 7")) is None  # least recently used went
@@ -83,14 +83,16 @@ def test_lru_eviction_keeps_recently_used(make_engine) -> None:
 
 def test_lru_order_survives_restart(make_engine, tmp_path) -> None:
     d = str(tmp_path / "lru")
-    eng = make_engine(persist_directory=d, max_entries=2, enable_l2=False)
+    clock = FakeClock()
+    eng = make_engine(persist_directory=d, max_entries=2, enable_l2=False, clock=clock)
     eng.update(req("first entry here"), 1)
-    time.sleep(0.01)
+    clock.now += 1
     eng.update(req("second entry here"), 2)
-    time.sleep(0.01)
+    clock.now += 1
     eng.lookup(req("first entry here"))
     eng.close()  # flushes last-access times
-    eng2 = make_engine(persist_directory=d, max_entries=2, enable_l2=False)
+    clock.now += 1
+    eng2 = make_engine(persist_directory=d, max_entries=2, enable_l2=False, clock=clock)
     eng2.update(req("third entry here"), 3)
     eng2.flush()  # eviction runs after the background write
     assert eng2.lookup(req("second entry here")) is None
