@@ -422,6 +422,10 @@ class MLCEngine:
             self._fail("flush", exc)
         if self.pending is not None:
             self.pending.close()
+        try:
+            self.store.close()  # a clean close: the next open need not check the vector indexes
+        except Exception as exc:
+            self._fail("close", exc)
         if self._dir_lock is not None:
             self._dir_lock.release()
 
@@ -465,6 +469,7 @@ class MLCEngine:
             "warm_start": self._warm is not None,
         }
         snap["verification"] = self.verification.stats() if self.verification is not None else {"mode": "off"}
+        snap["index"] = self.store.index_stats()  # vectors found unreachable after a crash and repaired
         return snap
 
     def reset_stats(self) -> None:
