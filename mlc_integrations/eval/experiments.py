@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -96,6 +97,18 @@ def _bar(total: int, desc: str, enabled: bool) -> Any:
 
     # disable=None: no bar when stderr is not a terminal (logs, CI, tests).
     return tqdm(total=total, desc=desc, unit="req", leave=False, disable=None, mininterval=0.5)
+
+
+def _phase(message: str, enabled: bool, bar: Any = None, desc: str = "") -> None:
+    """A progress line on stderr (the bar shows only on a terminal; these lines show in
+    logs too), and the bar's label for the phase."""
+    if not enabled:
+        return
+    from tqdm import tqdm
+
+    if bar is not None and desc:
+        bar.set_description(desc)
+    tqdm.write(message, file=sys.stderr)
 
 
 def sweep(
@@ -225,19 +238,26 @@ def demo(
     from ..langchain import MultimodalSemanticCache
 
     t0 = time.perf_counter()
+    _phase("demo: reading easy-vqa and building the VQA and camera streams", progress)
     wls = [build("vqa", quick=False, seed=seed), build("camera", quick=False, seed=seed)]
     wls[0].items = wls[0].items[:200]
     oracle = GroundTruthOracle(latency_s=latency_ms / 1000.0)
     exp = Experiment("demo", wls, backend_labels={"oracle": oracle.label})
+    _phase("demo: loading the models (all-MiniLM-L6-v2, mlc-easyvqa-tiny)", progress)
     warm_models()
     own = persist_directory is None
     directory = persist_directory or tempfile.mkdtemp(prefix="mlc-demo-")
     total = 2 * sum(len(w.items) for w in wls)
     bar = _bar(total, "demo", progress)
-    for wl in wls:
+    for i, wl in enumerate(wls):
+        n = len(wl.items)
+        _phase(f"demo [{2 * i + 1}/4]: {wl.name}, {n} requests without a cache "
+               f"(every one calls the {latency_ms:g} ms oracle)", progress, bar, f"{wl.name} no cache")
         exp.results.append(run_workload(wl, None, oracle, config="no cache", label="no cache", progress=bar))
         cache = MultimodalSemanticCache(persist_directory=os.path.join(directory, wl.name),
                                         clip_model="mlc-easyvqa-tiny")
+        _phase(f"demo [{2 * i + 2}/4]: {wl.name}, {n} requests through MultimodalSemanticCache", progress, bar,
+               f"{wl.name} MLC")
         exp.results.append(run_workload(wl, cache, oracle, config="MLC defaults",
                                         label="MultimodalSemanticCache (embedded Chroma, defaults, L2 on mlc-easyvqa-tiny)",
                                         progress=bar))
