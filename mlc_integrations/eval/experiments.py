@@ -66,12 +66,25 @@ def environment() -> dict[str, Any]:
     }
 
 
-def warm_models(clip_model: str = "mlc-easyvqa-tiny") -> None:
+def warm_models(clip_model: str = "mlc-easyvqa-tiny", image_encoders: Sequence[str] = ()) -> None:
     """Load the embedding models before any timing (loading is not lookup overhead)."""
+    from ..image_encoders import resolve_image_encoder
     from ..models import ClipEmbedder, ClipSpec, TextEmbedder
 
     TextEmbedder.shared(None).embed(["warm up"])
     ClipEmbedder.shared(ClipSpec.parse(clip_model)).load()
+    for name in image_encoders:
+        resolve_image_encoder(name).load()
+
+
+def backend_for(wl: Workload, latency_ms: float) -> tuple[str, Any]:
+    """The backend a workload is judged against: the real ImageNet classifier for the
+    picture-classification streams (``video``, ``photo-classes``), else the oracle."""
+    if wl.meta.get("backend") == "classifier":
+        from .backends import ImageNetClassifierChat
+
+        return "classifier", ImageNetClassifierChat(model=str(wl.meta["classifier"]))
+    return "oracle", GroundTruthOracle(latency_s=latency_ms / 1000.0)
 
 
 @dataclass
@@ -120,27 +133,41 @@ def sweep(
     split: str = "test",
     seed: int = 0,
     gptcache: Optional[bool] = None,
+    image_encoder: Optional[str] = None,
     progress: bool = True,
 ) -> Experiment:
     """Per tier and threshold: hit rate, accuracy, false-hit rate, lookup overhead and
-    end-to-end time against the ground-truth oracle, plus the no-cache and exact-only
-    baselines and (full runs) real GPTCache at its default threshold."""
+    end-to-end time against the workload's backend (:func:`backend_for`), plus the
+    no-cache and exact-only baselines and, with ``gptcache``, real GPTCache at its
+    default threshold. L2 runs on ``image_encoder`` (default: the engine's default
+    image encoder on the classifier streams, ``mlc-easyvqa-tiny`` on easy-vqa ones)."""
+    from ..image_encoders import DEFAULT_IMAGE_ENCODER
+
     t0 = time.perf_counter()
     wl = build(workload_name, quick=quick, seed=seed, split=split)
     taus = tuple(taus or (QUICK_TAUS if quick else FULL_TAUS))
-    oracle = GroundTruthOracle(latency_s=latency_ms / 1000.0)
-    exp = Experiment("sweep", [wl], taus=taus, backend_labels={"oracle": oracle.label})
-    warm_models()
+    key, backend = backend_for(wl, latency_ms)
+    exp = Experiment("sweep", [wl], taus=taus, backend_labels={key: backend.label})
+    classifier_stream = key == "classifier"
+    if image_encoder is None and classifier_stream:
+        image_encoder = DEFAULT_IMAGE_ENCODER
+    enc_opts: dict[str, Any] = {"image_encoder": image_encoder} if image_encoder else {}
+    warm_models(image_encoders=[image_encoder] if image_encoder else [])
+    if classifier_stream and wl.items and wl.items[0].image:
+        backend.classify([_picture(wl.items[0].image)])  # load the classifier before any timing
+    # One fixed question per stream: L1 (same pixels, similar text) adds nothing to L0.5 there.
     series = [s for s in SERIES if (wl.multimodal or not s.startswith("L2"))
-              and (_engine_has_verifier() or "verifier" not in s)]
+              and (_engine_has_verifier() or "verifier" not in s)
+              and not (classifier_stream and s.startswith("L1"))]
+    enc_label = f", L2 on {image_encoder}" if image_encoder else ""
     plan: list[tuple[str, str, dict[str, Any], Callable[[], Any]]] = [
         ("no cache", "no cache", {}, lambda: None),
         ("exact-only", "LangChain InMemoryCache (exact)", {}, configurations()["exact-only"][1]),
-        ("MLC defaults", "MLC engine defaults", {}, mlc_cache),
+        ("MLC defaults", f"MLC engine defaults{enc_label}", dict(enc_opts), lambda: mlc_cache(**enc_opts)),
     ]
     for s in series:
         for t in ([None] if s == "L0.5 only" else taus):
-            opts = SERIES[s](t if t is not None else 0.0)
+            opts = {**SERIES[s](t if t is not None else 0.0), **({} if s == "L0.5 only" else enc_opts)}
             plan.append((s, s if t is None else f"{s} tau={t:g}", {"tau": t, **opts},
                          lambda opts=opts: mlc_cache(**opts)))
     use_gpt = False if gptcache is None else gptcache
@@ -152,14 +179,24 @@ def sweep(
                          "whole-prompt embedding makes every lookup slow on this CPU).")
     bar = _bar(len(plan) * len(wl.items), f"sweep {wl.name}", progress)
     for config, label, params, factory in plan:
-        r = run_workload(wl, factory(), oracle, config=config, label=label, params=params, progress=bar)
+        r = run_workload(wl, factory(), backend, config=config, label=label, params=params, progress=bar)
         exp.results.append(r)
     if bar is not None:
         bar.close()
     attach_speedups(exp.results)
     exp.seconds = time.perf_counter() - t0
-    exp.extra.update(workload=wl.name, quick=quick, latency_ms=latency_ms, split=split, seed=seed)
+    exp.extra.update(workload=wl.name, quick=quick, latency_ms=None if classifier_stream else latency_ms,
+                     split=split, seed=seed, image_encoder=image_encoder)
     return exp
+
+
+def _picture(data: bytes) -> Any:
+    import io
+
+    from PIL import Image
+
+    with Image.open(io.BytesIO(data)) as f:
+        return f.convert("RGB")
 
 
 def bench(

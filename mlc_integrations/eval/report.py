@@ -21,6 +21,10 @@ def _fmt(v: Optional[float], spec: str = ".3f") -> str:
     return format(v, spec)
 
 
+def _has_oracle(exp: Experiment) -> bool:
+    return "oracle" in exp.backend_labels
+
+
 def _backend_key(r: RunResult, exp: Experiment) -> str:
     for k, label in exp.backend_labels.items():
         if label == r.backend:
@@ -77,7 +81,7 @@ def plot_sweep(exp: Experiment, out: Path) -> list[Path]:
             axes[0].axhline(r.hit_rate, ls="--", lw=1, color="gray" if r.config == "exact-only" else "black")
             axes[0].text(0.5, r.hit_rate, f" {r.config}", va="bottom", fontsize=8)
     axes[0].set_title(f"{wl}: hit rate vs threshold")
-    axes[1].set_title(f"{wl}: accuracy vs threshold (oracle baseline = 1.0)")
+    axes[1].set_title(f"{wl}: accuracy vs threshold (no cache = 1.0)")
     for ax in axes:
         ax.set_xlabel("threshold tau (cosine)")
         ax.grid(alpha=0.3)
@@ -128,7 +132,8 @@ def plot_speedups(exp: Experiment, out: Path, name: str) -> Optional[Path]:
     ax.set_xticklabels([f"{w}\n({b})" for w, b in groups], fontsize=8)
     ax.axhline(1.0, color="black", lw=0.8)
     ax.set_ylabel("speedup vs no cache (measured wall time)")
-    ax.set_title("Measured speedup vs no cache\n(oracle = sleeping stand-in, not a model)", fontsize=10)
+    ax.set_title("Measured speedup vs no cache" + ("\n(oracle = sleeping stand-in, not a model)" if _has_oracle(exp) else ""),
+                 fontsize=10)
     ax.legend(fontsize=7)
     ax.grid(axis="y", alpha=0.3)
     fig.tight_layout()
@@ -153,8 +158,9 @@ def write_report(exp: Experiment, out_dir: str | Path, name: Optional[str] = Non
     lines.append(f"Generated {time.strftime('%Y-%m-%d %H:%M:%S')} in {exp.seconds:.0f} s. "
                  f"Environment: {json.dumps(exp.env)}.")
     lines.append("")
-    lines.append(f"> {ORACLE_NOTE}")
-    lines.append("")
+    if _has_oracle(exp):
+        lines.append(f"> {ORACLE_NOTE}")
+        lines.append("")
     lines.append("Backends: " + "; ".join(f"**{k}** = {v}" for k, v in exp.backend_labels.items()) + ".")
     lines.append("")
     lines.append("Workloads: " + "; ".join(f"**{w.name}** = {w.description} ({len(w.items)} requests: "
@@ -196,7 +202,7 @@ def write_report(exp: Experiment, out_dir: str | Path, name: Optional[str] = Non
         "env": exp.env,
         "seconds": exp.seconds,
         "backends": exp.backend_labels,
-        "oracle_note": ORACLE_NOTE,
+        "oracle_note": ORACLE_NOTE if _has_oracle(exp) else None,
         "notes": exp.notes,
         "extra": exp.extra,
         "workloads": [{"name": w.name, "description": w.description, "requests": len(w.items), "kinds": w.kinds(),

@@ -99,10 +99,14 @@ def reset_model_memos() -> None:
     not look cheaper because an earlier one already embedded the same pictures)."""
     from .. import models
 
-    for obj in list(getattr(models, "_registry", {}).values()):
+    for obj in list(getattr(models, "_registry", {}).values()):  # text, CLIP and image encoders
         for attr in ("_memo", "_image_memo", "_text_memo"):
             memo = getattr(obj, attr, None)
-            if memo is not None and hasattr(memo, "_d"):
+            if memo is None:
+                continue
+            if hasattr(memo, "clear"):
+                memo.clear()
+            elif hasattr(memo, "_d"):
                 with memo._lock:
                     memo._d.clear()
 

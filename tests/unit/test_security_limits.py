@@ -87,7 +87,7 @@ def test_prompt_char_limit_boundary(make_engine: Any, monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(eng.text_embedder, "embed", no_embedding)
     eng.update(CacheRequest(text=over), "keyed exactly")
-    assert eng.lookup(CacheRequest(text=over.upper())).payload == "keyed exactly"  # exact key still works
+    assert eng.lookup(CacheRequest(text=f" {over}\n")).payload == "keyed exactly"  # exact key still works
     assert eng.lookup(CacheRequest(text="b" * 100 + "!")) is None  # and nothing semantic is tried
     assert eng.store.collection("l1").count() == 1
 

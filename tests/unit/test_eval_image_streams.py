@@ -1,0 +1,54 @@
+"""The real-picture evaluation pieces: threshold rule, calibration split, video frames
+and the classifier backend's truth."""
+
+from __future__ import annotations
+
+import math
+
+
+from mlc_integrations.eval.photos import RELATED, choose_threshold, related_pairs, split
+from mlc_integrations.eval.workloads import shared_data_dir, video_frames
+
+
+def test_threshold_is_the_strictest_that_keeps_the_target_reuse() -> None:
+    own = [0.99] * 90 + [0.95] * 8 + [0.70, float("nan")]  # nan: another picture matched better
+    assert choose_threshold(own, [0.30, 0.41], target=0.97) == 0.95
+    assert choose_threshold(own, [0.30, 0.41], target=0.90) == 0.99
+
+
+def test_threshold_never_drops_to_a_different_picture() -> None:
+    own = [0.5] * 100
+    assert math.isclose(choose_threshold(own, [0.80], target=0.97, margin=0.02), 0.82)
+
+
+def test_split_keeps_each_related_group_on_one_side() -> None:
+    names = sorted({n for pairs in RELATED.values() for p in pairs for n in p} | {f"sk:x{i}" for i in range(20)})
+    cal, held = split(names, seed=3)
+    assert sorted(cal + held) == names and not set(cal) & set(held)
+    for pair in related_pairs(names):
+        a, b = sorted(pair)
+        assert (a in cal) == (b in cal), pair
+    assert abs(len(cal) - len(held)) <= 5  # the chessboard group (5) is the largest
+
+
+def test_video_frames_decode_the_shared_video_in_order() -> None:
+    path = shared_data_dir() / "video" / "tree.avi"
+    every = video_frames(path, stride=1)
+    some = video_frames(path, stride=20, max_frames=3)
+    assert len(every) == 68 and len(some) == 3
+    assert [f.tobytes() for f in some] == [every[i].tobytes() for i in (0, 20, 40)]
+    assert some[0].mode == "RGB" and some[0].size == (320, 240)
+
+
+def test_classifier_truth_is_what_the_backend_answers_for_the_bytes_sent() -> None:
+    from mlc_integrations.eval import imageops
+    from mlc_integrations.eval.backends import ImageNetClassifierChat
+    from mlc_integrations.eval.runner import to_messages
+    from mlc_integrations.eval.workloads import FRAME_QUESTION, WorkItem, classifier_truths
+
+    frame = video_frames(shared_data_dir() / "video" / "vtest.avi", stride=1, max_frames=1)[0]
+    data = imageops.jpeg_bytes(frame, 90)
+    (truth,) = classifier_truths([data])
+    backend = ImageNetClassifierChat()
+    answer = backend.invoke(to_messages(WorkItem(FRAME_QUESTION, truth, "frame", data, "image/jpeg"))).content
+    assert answer == truth and backend.calls == 1
