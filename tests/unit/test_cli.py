@@ -249,9 +249,14 @@ def test_demo_reports_each_phase_on_stderr(monkeypatch, capsys) -> None:
     assert capsys.readouterr().err == ""
 
 
-def test_quickstart_is_a_command_and_in_the_readme() -> None:
-    assert callable(build_parser().parse_args(["quickstart"]).func)
-    assert "mlc quickstart" in (ROOT / "README.md").read_text()
+def test_quickstart_is_in_the_readme_and_prints_each_decision(capsys, text_embedder: Any) -> None:
+    assert "`mlc quickstart`" in (ROOT / "README.md").read_text()
+    assert main(["quickstart"]) == 0
+    lines = {line.split("->")[0].strip(): line for line in capsys.readouterr().out.splitlines() if "->" in line}
+    assert "tier=L0.5" in lines["HIT  exact repeat, same picture"]
+    assert "tier=L1" in lines["HIT  paraphrase, text only"] and "verifier=" in lines["HIT  paraphrase, text only"]
+    for never in ("same question, different picture", "same text, another model", "different question"):
+        assert f"MISS {never}" in lines, never
 
 
 def test_help_lists_the_inspection_commands() -> None:
