@@ -35,6 +35,7 @@ __all__ = [
     "StorageError",
     "ModelUnavailableError",
     "MultimodalSemanticCache",
+    "CachedChatModel",
     "CachedMultiModalLLM",
 ]
 
@@ -45,6 +46,10 @@ def __getattr__(name: str) -> Any:
         from .langchain import MultimodalSemanticCache
 
         return MultimodalSemanticCache
+    if name == "CachedChatModel":
+        from .langchain import CachedChatModel
+
+        return CachedChatModel
     if name == "CachedMultiModalLLM":
         from .llamaindex import CachedMultiModalLLM
 

@@ -6,6 +6,12 @@ Failure policy (:class:`FailOpen`): input an adapter cannot key, a response it c
 store, an entry it cannot read -- in strict mode a typed :class:`MLCError`; otherwise a
 counted, logged no-op, and the user's LLM call goes on as if the cache were not there.
 
+Outcomes (:class:`LookupRecord`): what one lookup did, as the caller's ``last_lookup``:
+the hit, or why it missed -- the best candidate the verifier refused (its scores and the
+reason), or that no candidate cleared the thresholds, or that the call could not be keyed.
+:func:`note_lookup` records it, counts it per (scope, namespace) and logs a miss's reason
+at DEBUG.
+
 Tracking (:class:`LookupTracking`): ContextVars are created once, here, at module level
 (a ContextVar per adapter instance would be kept alive, with its last value, by every
 context that ever set it -- the main thread's for the life of the process).
@@ -25,14 +31,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import re
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 
 from .errors import InvalidRequestError, MLCError, PayloadError
-from .request import CacheRequest, Hit
+from .request import DEFAULT_NAMESPACE, CacheRequest, Hit, Lookup, Refusal
 
 if TYPE_CHECKING:
     from .engine import MLCEngine
@@ -42,25 +49,55 @@ T = TypeVar("T")
 
 # ---------------------------------------------------------------------------- counters
 class Counters:
-    """Thread-safe named counters of one adapter; ``names`` are reported even at zero."""
+    """Thread-safe named counters of one adapter; ``names`` are reported even at zero.
+
+    Lookups are also counted per (scope, namespace) (:meth:`lookup`), for at most
+    ``MAX_SCOPES`` pairs; later pairs are pooled under the scope ``OTHER_SCOPES``.
+    """
+
+    MAX_SCOPES = 256  # a scope is a model configuration: thousands means a per-call field in it
+    OTHER_SCOPES = "<other scopes>"
 
     def __init__(self, names: Sequence[str]) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, int] = {n: 0 for n in names}
+        self._by_scope: dict[tuple[str, str], dict[str, int]] = {}
 
     def incr(self, name: str) -> None:
         with self._lock:
             self._counts[name] = self._counts.get(name, 0) + 1
 
+    def lookup(self, scope: str, namespace: str, hit: bool) -> None:
+        """Count one lookup as a hit or a miss, overall and for its (scope, namespace)."""
+        outcome = "hits" if hit else "misses"
+        with self._lock:
+            self._counts[outcome] = self._counts.get(outcome, 0) + 1
+            key = (scope, namespace)
+            if key not in self._by_scope and len(self._by_scope) >= self.MAX_SCOPES:
+                key = (self.OTHER_SCOPES, namespace)
+            row = self._by_scope.setdefault(key, {"lookups": 0, "hits": 0, "misses": 0})
+            row["lookups"] += 1
+            row[outcome] += 1
+
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(self._counts)
 
+    def by_scope(self) -> dict[str, dict[str, dict[str, int]]]:
+        """``{scope: {namespace: {"lookups", "hits", "misses"}}}`` (plain JSON)."""
+        out: dict[str, dict[str, dict[str, int]]] = {}
+        with self._lock:
+            for (scope, namespace), row in self._by_scope.items():
+                out.setdefault(scope, {})[namespace] = dict(row)
+        return out
+
     def merged(self, engine_stats: dict[str, Any], section: str, **extra: Any) -> dict[str, Any]:
         """``engine_stats`` with this adapter's counts under ``section``; ``lookups`` is
-        ``hits + misses``, as in the engine's own numbers."""
-        counts = self.snapshot()
+        ``hits + misses``, as in the engine's own numbers; ``by_scope`` splits them per
+        scope and namespace (:meth:`by_scope`)."""
+        counts: dict[str, Any] = dict(self.snapshot())
         counts["lookups"] = counts.get("hits", 0) + counts.get("misses", 0)
+        counts["by_scope"] = self.by_scope()
         engine_stats[section] = {**counts, **extra}
         return engine_stats
 
@@ -122,25 +159,87 @@ class FailOpen:
 @dataclass(frozen=True)
 class LookupRecord:
     """One lookup as an adapter saw it: ``hit`` is None on a miss; ``kind`` says what was
-    looked up (``"chat"``, ``"text"``, ``"complete"``) or ``"invalid"`` (not keyable)."""
+    looked up (``"chat"``, ``"text"``, ``"complete"``) or ``"invalid"`` (not keyable).
+
+    On a miss, ``refused`` is the best candidate that cleared the similarity thresholds
+    and was refused (its tier, scores, thresholds and ``reason``), ``tiers`` each tier's
+    outcome (``hit``/``miss``/``refused``/``skipped``) and ``note`` what the adapter did
+    (e.g. dropped an unreadable entry); :attr:`reason` says it in one sentence.
+    """
 
     hit: Optional[Hit]
     kind: str
     text: str
     n_images: int
     scope: str
+    namespace: str = DEFAULT_NAMESPACE
+    refused: Optional[Refusal] = None
+    tiers: Mapping[str, str] = field(default_factory=dict)
+    note: str = ""
 
     @property
     def llm_string(self) -> str:
         """LangChain's name for the scope."""
         return self.scope
 
+    @property
+    def reason(self) -> str:
+        """Why this lookup missed ("" for a hit)."""
+        if self.hit is not None:
+            return ""
+        if self.note:
+            return self.note
+        if self.kind == "invalid":
+            return "the call could not be keyed (it went to the model uncached)"
+        if self.refused is not None:
+            return self.refused.explain()
+        if not self.tiers:
+            return "the lookup failed (counted in the engine's stats()['errors'])"
+        outcomes = " ".join(f"{t}:{o}" for t, o in self.tiers.items())
+        if all(o == "skipped" for o in self.tiers.values()):
+            return f"no tier applies to this request [{outcomes}]"
+        return f"no stored entry cleared the similarity thresholds [{outcomes}]"
+
+    def explain(self) -> str:
+        """The hit's :meth:`Hit.explain`, or ``"miss: "`` and :attr:`reason`."""
+        return self.hit.explain() if self.hit is not None else f"miss: {self.reason}"
+
     @classmethod
-    def of(cls, request: Optional[CacheRequest], kind: str, scope: str, hit: Optional[Hit]) -> "LookupRecord":
+    def of(cls, request: Optional[CacheRequest], kind: str, scope: str, lookup: Optional[Lookup] = None, *,
+           namespace: str = DEFAULT_NAMESPACE, note: str = "") -> "LookupRecord":
+        """The record of ``lookup`` (the engine's :meth:`~MLCEngine.lookup_explained`)
+        for ``request``; with a ``note`` the lookup's hit was not used."""
+        hit = lookup.hit if lookup is not None and not note else None
+        refused = lookup.refused if lookup is not None else None
+        tiers = dict(lookup.tiers) if lookup is not None else {}
         if request is None:
-            return cls(hit, kind, "", 0, scope)
+            return cls(hit, kind, "", 0, scope, namespace, refused, tiers, note)
         return cls(hit, kind, request.text if isinstance(request.text, str) else "",
-                   len(request.images) if isinstance(request.images, (list, tuple)) else 0, scope)
+                   len(request.images) if isinstance(request.images, (list, tuple)) else 0, scope,
+                   request.namespace if isinstance(request.namespace, str) else namespace, refused, tiers, note)
+
+
+def _short(text: str, n: int = 60) -> str:
+    text = re.sub(r"\s+", " ", text)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def note_lookup(record: LookupRecord, counters: Counters, tracking: "LookupTracking", log: logging.Logger) -> None:
+    """Record a lookup for the calling context (``last_lookup``), count it per scope and
+    namespace, and say at DEBUG why a miss missed."""
+    tracking.record(record)
+    counters.lookup(record.scope, record.namespace, record.hit is not None)
+    if record.hit is None and log.isEnabledFor(logging.DEBUG):
+        log.debug("cache miss for %s %r (%d image(s)): %s", record.kind, _short(record.text), record.n_images,
+                  record.reason)
+
+
+def split_deltas(text: str) -> list[str]:
+    """Pieces of ``text`` (a word and the whitespace before it) that join back to it
+    exactly: how both adapters replay a stored answer as a stream."""
+    if not text:
+        return [""]
+    return [p for p in re.split(r"(?<=\S)(?=\s)", text) if p] or [text]
 
 
 @dataclass
@@ -202,12 +301,24 @@ class LookupTracking:
     def __init__(self) -> None:
         self._id = next(_adapter_ids)
 
-    def _write(self, record: LookupRecord) -> None:
+    @staticmethod
+    def _own_slot() -> _Slot:
         owner = _owner()
         slot = _SLOT.get()
         if slot is None or slot.owner != owner:
             slot = _Slot(owner, slot)
             _SLOT.set(slot)
+        return slot
+
+    def open(self) -> None:
+        """Give the calling context its slot now, before its first lookup, so that the
+        lookups of the tasks and threads it is about to start report back to it. An
+        adapter that owns the call's entry point (``ainvoke``, ``batch``) calls this
+        there; then ``last_hit`` is right even for a caller that never looked up before."""
+        self._own_slot()
+
+    def _write(self, record: LookupRecord) -> None:
+        slot = self._own_slot()
         with _slots_lock:
             s: Optional[_Slot] = slot
             while s is not None:

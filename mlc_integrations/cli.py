@@ -22,10 +22,11 @@ import sys
 from typing import Optional, Sequence
 
 # The workloads of mlc_integrations.eval.workloads (kept here so --help needs no eval extra).
-WORKLOAD_NAMES = ("vqa", "camera", "photos", "qqp", "contextual")
+WORKLOAD_NAMES = ("vqa", "camera", "photos", "qqp", "contextual", "scenes", "scenes-edit", "video", "photo-classes")
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
+    from .entries import IMAGE_ROW_TIERS
     from .inspection import KNOWN_NAMESPACES, CacheDirectory, bytes_human, size_on_disk
 
     with CacheDirectory(args.dir) as cd:
@@ -40,7 +41,7 @@ def _cmd_stats(args: argparse.Namespace) -> int:
     for c in caches:
         print(f"\nprefix {c.prefix!r}: {c.entries} entries ({c.expired} expired, not served)")
         print("  rows per tier: " + ", ".join(f"{t} {n}" for t, n in c.tiers.items())
-              + "  (l2_image: one row per image)")
+              + f"  ({', '.join(IMAGE_ROW_TIERS)}: one row per image)")
         for title, counts in (("scope", c.per_scope()), ("namespace", c.per_namespace())):
             print(f"  entries per {title} (stored as a digest):")
             for digest, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):

@@ -19,6 +19,7 @@ import numpy as np
 
 from .errors import ModelUnavailableError
 from .image_encoders import ImageEncoder, resolve_image_encoder
+from .images import fingerprint
 from .keys import KeyedRequest
 from .models import TextEmbedder
 
@@ -131,6 +132,14 @@ class TierEncoders:
         if v is None:
             v = clip.embed_texts([kr.text])[0]  # type: ignore[attr-defined]
             kr.features["clip_text"] = v
+        return v
+
+    def fingerprints(self, kr: KeyedRequest) -> np.ndarray:
+        """Pixel fingerprints of the request's pictures (the L2 pre-screen), one row each."""
+        v = kr.features.get("fprint")
+        if v is None:
+            v = np.stack([fingerprint(im.pil) for im in kr.images])  # type: ignore[arg-type]
+            kr.features["fprint"] = v
         return v
 
     def image_vecs(self, kr: KeyedRequest, clip: ImageEncoder) -> np.ndarray:

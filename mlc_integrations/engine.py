@@ -22,7 +22,7 @@ from .encoders import TierEncoders
 from .entries import NO_EXPIRY, EntryKeys, EntryMeta, EntryStore, NewEntry, answer_of
 from .errors import InvalidRequestError, MLCError, PayloadError, StorageError
 from .eviction import DEFAULT_EVICTION_POLICY, Eviction
-from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DecodedImage
+from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, FINGERPRINT_MODEL, DecodedImage
 from .keys import Keyer, KeyedRequest, scope_digest
 from .image_encoders import DEFAULT_IMAGE_ENCODER, ImageEncoder
 from .models import ClipSpec, TextEmbedder
@@ -47,6 +47,10 @@ log = logging.getLogger(__name__)
 DEFAULT_L1_THRESHOLD = 0.80
 DEFAULT_L2_IMAGE_THRESHOLD = 0.95  # for an image encoder without its own calibrated threshold
 DEFAULT_L2_PROMPT_THRESHOLD = 0.80
+# The L2 pre-screen: a stored fingerprint this close to a new picture's is needed before the
+# image encoder runs. Measured on real photos' near-duplicates and consecutive video frames
+# (`python -m mlc_integrations.eval.prescreen`): see docs/operations.md.
+DEFAULT_L2_PRESCREEN = 0.5
 _UNSET: Any = object()
 
 
@@ -101,6 +105,7 @@ class MLCEngine:
         l2_threshold: Optional[float] = None,
         l2_image_threshold: Optional[float] = None,
         l2_prompt_threshold: float = DEFAULT_L2_PROMPT_THRESHOLD,
+        l2_prescreen: Optional[float] = DEFAULT_L2_PRESCREEN,
         ttl: Optional[float] = None,
         max_entries: Optional[int] = None,
         eviction_policy: str = DEFAULT_EVICTION_POLICY,
@@ -178,7 +183,8 @@ class MLCEngine:
         common = (self.entries, access, self._stats, self.encoders, self.verification)
         self.text_tier = TextSemanticTier(*common, threshold=float(l1_threshold))
         self.multimodal_tier = MultimodalTier(*common, image_threshold=float(l2_image_threshold),
-                                              prompt_threshold=float(l2_prompt_threshold))
+                                              prompt_threshold=float(l2_prompt_threshold),
+                                              prescreen_threshold=l2_prescreen)
         self._warm: Optional[threading.Thread] = None
         if warm_start if warm_start is not None else self.store.mode != "ephemeral":
             # A long-lived cache loads its models now, in the background, not on the first call.
@@ -342,8 +348,13 @@ class MLCEngine:
             entry.text_vec, entry.text_model = enc.text_vec(kr), enc.text_model
         clip = enc.image_tower if (self.enable_l2 and self._l2_applicable(kr)) else None
         if clip is not None:
-            entry.image_vecs, entry.image_model = enc.image_vecs(kr, clip), enc.image_model
-            entry.prompt_vec, entry.prompt_model = enc.prompt_vec(kr, clip), enc.prompt_model
+            entry.image_model, entry.prompt_model = enc.image_model, enc.prompt_model
+            entry.prompt_vec = enc.prompt_vec(kr, clip)
+            entry.fprint_vecs, entry.fprint_model = enc.fingerprints(kr), FINGERPRINT_MODEL
+            if "clip_images" in kr.features or self.pending is None:
+                entry.image_vecs = enc.image_vecs(kr, clip)
+            else:  # the lookup was pre-screened: the encoder runs in the background writer
+                entry.embed_images = lambda: enc.image_vecs(kr, clip)
         self.eviction.access.touch(kr.entry_id, now)
         if self.pending is not None:
             self.pending.submit(entry)
@@ -439,6 +450,7 @@ class MLCEngine:
             "l2_image_threshold": self.l2_image_threshold,
             "l2_prompt_threshold": self.l2_prompt_threshold,
             "image_encoder": self.encoders.image_model or None,
+            "l2_prescreen": self.multimodal_tier.prescreen_threshold,
             "tiers": {
                 "L0.5": "on" if self.enable_exact else "off",
                 "L1": "on" if self.enable_l1 else "off",

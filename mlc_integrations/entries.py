@@ -11,6 +11,8 @@ Schema (version :data:`SCHEMA_VERSION`, metadata key ``v``):
   (prompt) vector, metadata = the entry's keys + ``part`` (its partition).
 * ``l2_image``: one row per image of an entry, id = ``"{entry_id}#{i}"``, metadata as
   above + ``idx`` and ``entry_id``.
+* ``l2_fprint``: the same rows with each image's pixel fingerprint (the L2 pre-screen:
+  no stored fingerprint near a new picture = no image-encoder run on the caller's path).
 
 Writes go response first, vectors last (:data:`WRITE_ORDER`) and deletes vectors first
 (:data:`DELETE_ORDER`), so an interrupted write or delete never leaves a vector whose
@@ -37,8 +39,9 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 NO_EXPIRY = 1e18
-WRITE_ORDER = ("exact", "l1", "l2_image", "l2_prompt")  # response first, vectors last
-DELETE_ORDER = ("l2_image", "l2_prompt", "l1", "exact")  # vectors first, response last
+WRITE_ORDER = ("exact", "l1", "l2_fprint", "l2_image", "l2_prompt")  # response first, vectors last
+DELETE_ORDER = ("l2_image", "l2_fprint", "l2_prompt", "l1", "exact")  # vectors first, response last
+IMAGE_ROW_TIERS = ("l2_image", "l2_fprint")  # one row per image, id "{entry_id}#{i}"
 TEXT_META_CHARS = 4096
 ANSWER_META_CHARS = 8192
 # Unfiltered ANN first (cost independent of how many entries other scopes hold), then a
@@ -113,6 +116,21 @@ class NewEntry:
     image_model: str = ""
     prompt_vec: Optional[np.ndarray] = None
     prompt_model: str = ""
+    fprint_vecs: Optional[np.ndarray] = None
+    fprint_model: str = ""
+    # Write-behind: the image encoder runs in the writer (or when a lookup needs the vectors).
+    embed_images: Optional[Callable[[], np.ndarray]] = None
+
+    @property
+    def has_l2(self) -> bool:
+        return self.prompt_vec is not None and (self.image_vecs is not None or self.embed_images is not None)
+
+    def image_vectors(self) -> Optional[np.ndarray]:
+        """The image vectors, computed now if they were deferred."""
+        if self.image_vecs is None and self.embed_images is not None:
+            self.image_vecs = self.embed_images()
+            self.embed_images = None
+        return self.image_vecs
 
 
 @dataclass
@@ -132,7 +150,8 @@ class StoredEntry:
 
 
 def _model_of(e: NewEntry, tier: str) -> str:
-    return {"l1": e.text_model, "l2_image": e.image_model, "l2_prompt": e.prompt_model}[tier]
+    return {"l1": e.text_model, "l2_image": e.image_model, "l2_prompt": e.prompt_model,
+            "l2_fprint": e.fprint_model}[tier]
 
 
 def _rows(group: Sequence[NewEntry], tier: str) -> tuple[list[str], list[list[float]], list[dict[str, Any]]]:
@@ -142,8 +161,9 @@ def _rows(group: Sequence[NewEntry], tier: str) -> tuple[list[str], list[list[fl
     metas: list[dict[str, Any]] = []
     for e in group:
         keys = e.meta.keys
-        if tier == "l2_image":
-            for i, v in enumerate(e.image_vecs):  # type: ignore[arg-type]
+        if tier in IMAGE_ROW_TIERS:
+            rows = e.image_vectors() if tier == "l2_image" else e.fprint_vecs
+            for i, v in enumerate(rows):  # type: ignore[arg-type]
                 ids.append(image_row_id(e.entry_id, i))
                 vecs.append(v.tolist())
                 metas.append(keys.metadata(idx=i, entry_id=e.entry_id, part=e.partitions["l2_image"][i]))
@@ -190,12 +210,16 @@ class EntryStore:
         batch = list({e.entry_id: e for e in batch}.values())  # one row per id and call
         if not batch:
             return
+        for e in batch:
+            if e.has_l2:
+                e.image_vectors()  # a deferred image encoding runs before anything is written
         self.store.call("upsert exact", lambda: self.store.collection("exact").upsert(
             ids=[e.entry_id for e in batch], embeddings=[ChromaStore.dummy_vector()] * len(batch),
             documents=[e.document for e in batch], metadatas=[e.meta.to_chroma() for e in batch]))
+        l2 = [e for e in batch if e.has_l2]
         for tier, rows in (("l1", [e for e in batch if e.text_vec is not None]),
-                           ("l2_image", [e for e in batch if e.image_vecs is not None and e.prompt_vec is not None]),
-                           ("l2_prompt", [e for e in batch if e.image_vecs is not None and e.prompt_vec is not None])):
+                           ("l2_fprint", [e for e in l2 if e.fprint_vecs is not None]),
+                           ("l2_image", l2), ("l2_prompt", l2)):
             for model in dict.fromkeys(_model_of(e, tier) for e in rows):
                 group = [e for e in rows if _model_of(e, tier) == model]
                 ids, vecs, metas = _rows(group, tier)
@@ -208,8 +232,8 @@ class EntryStore:
         if not ids:
             return
         for tier in DELETE_ORDER:
-            if tier == "l2_image":
-                self.store.call("delete l2_image", lambda: self.store.collection("l2_image").delete(
+            if tier in IMAGE_ROW_TIERS:
+                self.store.call(f"delete {tier}", lambda t=tier: self.store.collection(t).delete(
                     where={"entry_id": {"$in": ids}}))
             else:
                 self.store.call(f"delete {tier}", lambda t=tier: self.store.collection(t).delete(ids=ids))
@@ -287,8 +311,8 @@ class EntryStore:
         res = self.store.call("get", lambda: self.store.collection("exact").get(ids=[entry_id], include=[]))
         return bool(res["ids"])
 
-    def count(self) -> int:
-        return int(self.store.call("count", lambda: self.store.collection("exact").count()))
+    def count(self, tier: str = "exact") -> int:
+        return int(self.store.call("count", lambda: self.store.collection(tier).count()))
 
     def expired_ids(self, now: float) -> list[str]:
         res = self.store.call("get expired", lambda: self.store.collection("exact").get(

@@ -30,7 +30,7 @@ from .stats import EngineStats
 from .storage import TIER_COLLECTIONS, ChromaStore
 
 CHROMA_DB_FILE = "chroma.sqlite3"
-TIERS = tuple(TIER_COLLECTIONS)  # exact, l1, l2_image, l2_prompt
+TIERS = tuple(TIER_COLLECTIONS)  # exact, l1, then L2's collections
 
 
 class CacheDirectoryError(ValueError):
@@ -105,7 +105,7 @@ class PrefixSummary:
     """One cache (one collection prefix) in a directory."""
 
     prefix: str
-    tiers: dict[str, int]  # rows per tier collection (l2_image: one row per image)
+    tiers: dict[str, int]  # rows per tier collection (entries.IMAGE_ROW_TIERS: one row per image)
     scopes: list[ScopeSummary] = field(default_factory=list)
 
     @property

@@ -55,6 +55,7 @@ class EngineStats:
             "evictions": counts.get("evictions", 0),
             "expired": counts.get("expired", 0),
             "orphans_removed": counts.get("orphans_removed", 0),
+            "l2_prescreened": counts.get("l2_prescreened", 0),  # L2 lookups that needed no image encoder
             "tiers": tiers,
             "errors": errors,
             "latency_ms": {},

@@ -29,6 +29,7 @@ TIER_COLLECTIONS = {
     "exact": "exact",
     "l1": "l1",
     "l2_image": "l2_image",
+    "l2_fprint": "l2_fprint",
     "l2_prompt": "l2_prompt",
 }
 _DUMMY_VECTOR = [1.0]

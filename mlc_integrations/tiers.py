@@ -21,6 +21,7 @@ import numpy as np
 from .encoders import TierEncoders
 from .entries import EntryStore, Missing, StoredEntry, image_row_id
 from .eviction import AccessLog
+from .images import FINGERPRINT_MODEL
 from .keys import KeyedRequest
 from .request import Hit, Refusal
 from .stats import EngineStats
@@ -169,10 +170,33 @@ class TextSemanticTier(_SemanticTier):
 class MultimodalTier(_SemanticTier):
     name = "L2"
 
-    def __init__(self, *args: object, image_threshold: float, prompt_threshold: float, **kwargs: object) -> None:
+    def __init__(self, *args: object, image_threshold: float, prompt_threshold: float,
+                 prescreen_threshold: Optional[float], **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.image_threshold = image_threshold
         self.prompt_threshold = prompt_threshold
+        self.prescreen_threshold = prescreen_threshold
+        self._store_fingerprinted: Optional[bool] = None  # every stored image row has a fingerprint
+
+    def _prescreened_out(self, kr: KeyedRequest) -> bool:
+        """True when no stored picture could pass the image threshold: no stored fingerprint
+        of the same partition is within the pre-screen threshold of the first picture's
+        (measured to keep every encoder hit; docs/operations.md). Then no encoder runs."""
+        if self.prescreen_threshold is None:
+            return False
+        if self._store_fingerprinted is None:  # entries written before fingerprints existed
+            self._store_fingerprinted = self.entries.count("l2_fprint") >= self.entries.count("l2_image")
+            if not self._store_fingerprinted:
+                log.info("L2 pre-screen off for this cache: it holds pictures stored without fingerprints")
+        if not self._store_fingerprinted:
+            return False
+        fps = self.encoders.fingerprints(kr)
+        near, _complete = self.entries.neighbours("l2_fprint", fps[0], kr.partitions()["l2_image"][0],
+                                                  self.prescreen_threshold, FINGERPRINT_MODEL)
+        if near:
+            return False
+        self.stats.incr("l2_prescreened")
+        return True
 
     def _cosine(self, cand: Candidate) -> Optional[float]:
         return cand.scores["prompt"] if self.encoders.prompt_is_text_model else None
@@ -181,6 +205,8 @@ class MultimodalTier(_SemanticTier):
         return "l2_prompt"
 
     def lookup(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
+        if self._prescreened_out(kr):
+            return None
         clip = self.encoders.image_tower
         if clip is None:
             return None

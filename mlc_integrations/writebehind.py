@@ -31,15 +31,20 @@ DEFAULT_BATCH = 32
 
 
 def _vectors_of(e: NewEntry, tier: str) -> list[tuple[str, np.ndarray, dict[str, Any]]]:
-    """(row id, vector, metadata) of one pending entry's rows in a vector tier."""
+    """(row id, vector, metadata) of one pending entry's rows in a vector tier. A deferred
+    image encoding runs here: a lookup asks for image vectors only after the pre-screen
+    found this entry's fingerprint near its picture."""
     if tier == "l1" and e.text_vec is not None:
         return [(e.entry_id, e.text_vec, {"part": e.partitions["l1"]})]
-    if tier == "l2_prompt" and e.prompt_vec is not None and e.image_vecs is not None:
-        return [(e.entry_id, e.prompt_vec, {"part": e.partitions["l2_prompt"]})]
-    if tier == "l2_image" and e.image_vecs is not None and e.prompt_vec is not None:
-        return [(image_row_id(e.entry_id, i), v, {"part": e.partitions["l2_image"][i], "entry_id": e.entry_id, "idx": i})
-                for i, v in enumerate(e.image_vecs)]
-    return []
+    if not e.has_l2:
+        return []
+    if tier == "l2_prompt":
+        return [(e.entry_id, e.prompt_vec, {"part": e.partitions["l2_prompt"]})]  # type: ignore[list-item]
+    rows = e.image_vectors() if tier == "l2_image" else e.fprint_vecs if tier == "l2_fprint" else None
+    if rows is None:
+        return []
+    return [(image_row_id(e.entry_id, i), v, {"part": e.partitions["l2_image"][i], "entry_id": e.entry_id, "idx": i})
+            for i, v in enumerate(rows)]
 
 
 class PendingEntries:

@@ -140,7 +140,13 @@ def sweep(
     end-to-end time against the workload's backend (:func:`backend_for`), plus the
     no-cache and exact-only baselines and, with ``gptcache``, real GPTCache at its
     default threshold. L2 runs on ``image_encoder`` (default: the engine's default
-    image encoder on the classifier streams, ``mlc-easyvqa-tiny`` on easy-vqa ones)."""
+    image encoder on the classifier streams, ``mlc-easyvqa-tiny`` on easy-vqa ones).
+    The procedural scenes (Experiment 2) have their own sweep (scene_experiments.py)."""
+    if workload_name in ("scenes", "scenes-edit"):
+        from .scene_experiments import scene_sweep
+
+        return scene_sweep(workload_name, quick=quick, taus=taus, latency_ms=latency_ms, split=split, seed=seed,
+                           gptcache=gptcache, progress=progress)
     from ..image_encoders import DEFAULT_IMAGE_ENCODER
 
     t0 = time.perf_counter()
@@ -265,39 +271,54 @@ def demo(
     latency_ms: float = 300.0,
     seed: int = 0,
     persist_directory: Optional[str] = None,
+    video: bool = True,
     progress: bool = True,
 ) -> Experiment:
     """The main job: VQA stream and camera stream through
     ``set_llm_cache(MultimodalSemanticCache(...))`` on embedded Chroma with the offline
-    models, next to the same streams without a cache."""
+    models, next to the same streams without a cache; with ``video``, also the real
+    camera stream (vtest.avi / tree.avi, quick size) answered by the real Lite2
+    classifier, L2 on the default image encoder."""
     import tempfile
 
+    from ..image_encoders import DEFAULT_IMAGE_ENCODER
     from ..langchain import MultimodalSemanticCache
+    from .baselines import engine_with_image_encoder
 
     t0 = time.perf_counter()
-    _phase("demo: reading easy-vqa and building the VQA and camera streams", progress)
+    _phase("demo: building the streams (easy-vqa VQA, camera" + (", video)" if video else ")"), progress)
     wls = [build("vqa", quick=False, seed=seed), build("camera", quick=False, seed=seed)]
     wls[0].items = wls[0].items[:200]
+    if video:
+        wls.append(build("video", quick=True, seed=seed))
     oracle = GroundTruthOracle(latency_s=latency_ms / 1000.0)
     exp = Experiment("demo", wls, backend_labels={"oracle": oracle.label})
-    _phase("demo: loading the models (all-MiniLM-L6-v2, mlc-easyvqa-tiny)", progress)
-    warm_models()
+    _phase("demo: loading the models (all-MiniLM-L6-v2, mlc-easyvqa-tiny"
+           + (f", {DEFAULT_IMAGE_ENCODER} and the Lite2 classifier)" if video else ")"), progress)
+    warm_models(image_encoders=[DEFAULT_IMAGE_ENCODER] if video else [])
     own = persist_directory is None
     directory = persist_directory or tempfile.mkdtemp(prefix="mlc-demo-")
     total = 2 * sum(len(w.items) for w in wls)
     bar = _bar(total, "demo", progress)
+    steps = 2 * len(wls)
     for i, wl in enumerate(wls):
-        n = len(wl.items)
-        _phase(f"demo [{2 * i + 1}/4]: {wl.name}, {n} requests without a cache "
-               f"(every one calls the {latency_ms:g} ms oracle)", progress, bar, f"{wl.name} no cache")
-        exp.results.append(run_workload(wl, None, oracle, config="no cache", label="no cache", progress=bar))
-        cache = MultimodalSemanticCache(persist_directory=os.path.join(directory, wl.name),
-                                        clip_model="mlc-easyvqa-tiny")
-        _phase(f"demo [{2 * i + 2}/4]: {wl.name}, {n} requests through MultimodalSemanticCache", progress, bar,
+        key, backend = backend_for(wl, latency_ms)
+        exp.backend_labels[key] = backend.label
+        path = os.path.join(directory, wl.name)
+        if key == "classifier":
+            backend.classify([_picture(wl.items[0].image)])  # load before timing
+            cache = MultimodalSemanticCache(engine=engine_with_image_encoder(DEFAULT_IMAGE_ENCODER, persist_directory=path))
+            label = f"MultimodalSemanticCache (embedded Chroma, defaults, L2 on {DEFAULT_IMAGE_ENCODER})"
+        else:
+            cache = MultimodalSemanticCache(persist_directory=path, clip_model="mlc-easyvqa-tiny")
+            label = "MultimodalSemanticCache (embedded Chroma, defaults, L2 on mlc-easyvqa-tiny)"
+        n, calls = len(wl.items), (f"the {latency_ms:g} ms oracle" if key == "oracle" else f"the {key}")
+        _phase(f"demo [{2 * i + 1}/{steps}]: {wl.name}, {n} requests without a cache (every one calls {calls})",
+               progress, bar, f"{wl.name} no cache")
+        exp.results.append(run_workload(wl, None, backend, config="no cache", label="no cache", progress=bar))
+        _phase(f"demo [{2 * i + 2}/{steps}]: {wl.name}, {n} requests through MultimodalSemanticCache", progress, bar,
                f"{wl.name} MLC")
-        exp.results.append(run_workload(wl, cache, oracle, config="MLC defaults",
-                                        label="MultimodalSemanticCache (embedded Chroma, defaults, L2 on mlc-easyvqa-tiny)",
-                                        progress=bar))
+        exp.results.append(run_workload(wl, cache, backend, config="MLC defaults", label=label, progress=bar))
     if bar is not None:
         bar.close()
     if own:

@@ -318,7 +318,8 @@ def markdown(data: dict[str, Any], command: str, png: str) -> str:
     for r in results:
         nh, na = r.near_dup["held-out"], r.near_dup["all"]
         fh, fa = r.false_hits["held-out"], r.false_hits["all"]
-        L.append(f"| {r.encoder} | {r.stored_threshold:.2f} | {r.calibrated_threshold:.2f} | "
+        calibrated = f"{r.calibrated_threshold:.2f}" if r.calibrated_threshold <= 1.0 else "none (different pictures reach 1.0)"
+        L.append(f"| {r.encoder} | {r.stored_threshold:.2f} | {calibrated} | "
                  f"{nh['rate']:.1%} ({nh['reused']}/{nh['n']}) | {na['rate']:.1%} ({na['reused']}/{na['n']}) | "
                  f"{na['min_own_cosine']:.3f} | {fh['hits']} ({fh['pairs']}) | {fa['hits']} ({fa['pairs']}) | "
                  f"{fa['max']:.3f} ({fa['max_pair']}) | {r.latency_ms.get('1 thread', float('nan')):.1f} | "

@@ -186,6 +186,10 @@ def write_report(exp: Experiment, out_dir: str | Path, name: Optional[str] = Non
         d = next((r for r in exp.results if r.config == "MLC defaults"), None)
         if d:
             lines += kinds_table(d) + [""]
+        if exp.extra.get("scenes"):  # scene sweeps: oracle-reusable set, Experiment 2 table, targets
+            from .scene_report import scene_sections
+
+            lines += scene_sections(exp, out, plots)
     else:
         for wl in exp.workloads:
             rs = [r for r in exp.results if r.workload == wl.name]

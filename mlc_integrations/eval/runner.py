@@ -60,6 +60,7 @@ class RunResult:
     tier_hits: dict[str, int] = field(default_factory=dict)
     tier_wrong: dict[str, int] = field(default_factory=dict)
     by_kind: dict[str, dict[str, int]] = field(default_factory=dict)
+    outcomes: list[str] = field(default_factory=list)  # per request: "miss", "hit" or "wrong" (a wrong hit)
     speedup: Optional[float] = None  # vs the no-cache run of the same workload and backend
 
     @property
@@ -86,7 +87,7 @@ class RunResult:
         return statistics.fmean(self.request_ms) if self.request_ms else 0.0
 
     def summary(self) -> dict[str, Any]:
-        d = {k: v for k, v in asdict(self).items() if k not in ("request_ms", "lookup_ms", "update_ms")}
+        d = {k: v for k, v in asdict(self).items() if k not in ("request_ms", "lookup_ms", "update_ms", "outcomes")}
         d.update(hit_rate=self.hit_rate, accuracy=self.accuracy, false_hit_rate=self.false_hit_rate,
                  lookup_p50_ms=self.lookup_p50_ms,
                  update_p50_ms=statistics.median(self.update_ms) if self.update_ms else None,
@@ -163,6 +164,7 @@ def run_workload(
             else:
                 res.backend_calls += 1
                 produced.setdefault(answer, set()).add(item.truth)
+            res.outcomes.append(("hit" if ok else "wrong") if hit else "miss")
             if progress is not None:
                 progress.update(1)
     finally:

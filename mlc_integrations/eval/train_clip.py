@@ -64,6 +64,25 @@ def _preprocess() -> Callable[[Any], Any]:
     return open_clip.image_transform(MODEL_CFG["vision_cfg"]["image_size"], is_train=False)
 
 
+def optimizer(model: Any, lr: float, steps: int) -> tuple[Any, Callable[[int], float]]:
+    """AdamW (weight decay on matrices only) and its schedule: linear warm-up over 5 %
+    of the steps, then cosine decay to 0."""
+    import torch
+
+    params_decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embedding" not in n]
+    params_rest = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embedding" not in n)]
+    opt = torch.optim.AdamW([{"params": params_decay, "weight_decay": 0.1},
+                             {"params": params_rest, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.98), eps=1e-6, fused=True)
+    warmup = max(1, steps // 20)
+
+    def lr_at(step: int) -> float:
+        if step < warmup:
+            return lr * (step + 1) / warmup
+        return 0.5 * lr * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+
+    return opt, lr_at
+
+
 def _class_index(images: tuple[VQAImage, ...]) -> dict[str, list[int]]:
     by: dict[str, list[int]] = {}
     for k, im in enumerate(images):
@@ -104,16 +123,7 @@ def train(
     model = CLIP(**MODEL_CFG)
     model.train()
     loss_fn = ClipLoss()
-    params_decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embedding" not in n]
-    params_rest = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embedding" not in n)]
-    opt = torch.optim.AdamW([{"params": params_decay, "weight_decay": 0.1},
-                             {"params": params_rest, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.98), eps=1e-6, fused=True)
-    warmup = max(1, steps // 20)
-
-    def lr_at(step: int) -> float:
-        if step < warmup:
-            return lr * (step + 1) / warmup
-        return 0.5 * lr * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
+    opt, lr_at = optimizer(model, lr, steps)
 
     import open_clip
 

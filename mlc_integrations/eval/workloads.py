@@ -13,7 +13,7 @@ request's own truth: this is how every number in the reports is judged.
   at a cut).
 * ``photos``: real photos from ``skimage.data`` (those that ship with the package)
   re-encoded, resized, cropped, noised -- must hit -- among different photos -- must not.
-* ``video``: frames of real camera videos (``../shared/data/video``: vtest.avi, a fixed
+* ``video`` (:mod:`.image_streams`): frames of real camera videos (``../shared/data/video``: vtest.avi, a fixed
   camera over a plaza, and tree.avi), each sent as a JPEG with "What is in this frame?";
   the truth is what a real ImageNet classifier (EfficientNet-Lite2) answers for that
   frame, so a reuse is right when the earlier frame's answer equals the new frame's.
@@ -22,6 +22,8 @@ request's own truth: this is how every number in the reports is judged.
 * ``qqp``: Quora question pairs (duplicate / not duplicate) from the shared data folder.
 * ``contextual``: MeanCache's main query / follow-up pairs: a follow-up (asked in the
   conversation after the main query) must not reuse the main query's answer.
+* ``scenes``, ``scenes-edit``: GQA-like questions about procedural multi-object scenes,
+  and a camera over scenes that get small edits (:mod:`.scene_workloads`).
 """
 
 from __future__ import annotations
@@ -61,7 +63,9 @@ class WorkItem:
 
     ``image`` is the encoded file the user sends (PNG or JPEG bytes) or None;
     ``context`` the earlier turns of the conversation as ``(role, text)`` pairs;
-    ``truth`` the correct answer for this request; ``kind`` what the item tests.
+    ``truth`` the correct answer for this request; ``kind`` what the item tests;
+    ``meta`` what a workload knows about the item beyond that (the scene streams: scene,
+    scene state, question meaning, whether an ideal cache could reuse an answer).
     """
 
     text: str
@@ -70,6 +74,7 @@ class WorkItem:
     image: Optional[bytes] = None
     mime: str = "image/png"
     context: tuple[tuple[str, str], ...] = ()
+    meta: dict[str, object] = field(default_factory=dict)
 
     def data_url(self) -> str:
         assert self.image is not None
@@ -293,110 +298,16 @@ def photo_stream(seed: int = 0, variants_per_photo: int = 5) -> Workload:
 
 
 # ---------------------------------------------------------------------------- classified pictures
-VIDEOS = ("vtest.avi", "tree.avi")
-FRAME_QUESTION = "What is in this frame?"
-PHOTO_QUESTION = "What is in this picture?"
-CLASSIFIER = "efficientnet-lite2"
-_TRUTH: dict[tuple[str, str], str] = {}  # (classifier, sha256 of the bytes sent) -> its answer
+def _video_stream(**kw: object) -> Workload:
+    from .image_streams import video_stream
+
+    return video_stream(**kw)  # type: ignore[arg-type]
 
 
-def video_frames(path: str | Path, stride: int = 1, max_frames: Optional[int] = None) -> list[Image.Image]:
-    """Every ``stride``-th frame of a video file as RGB pictures (decoded by PyAV)."""
-    import av
+def _classified_photo_stream(**kw: object) -> Workload:
+    from .image_streams import classified_photo_stream
 
-    out: list[Image.Image] = []
-    with av.open(str(path)) as container:
-        for i, frame in enumerate(container.decode(video=0)):
-            if i % stride == 0:
-                out.append(frame.to_image().convert("RGB"))
-                if max_frames is not None and len(out) >= max_frames:
-                    break
-    return out
-
-
-def classifier_truths(sent: Sequence[bytes], classifier: str = CLASSIFIER, batch: int = 16) -> list[str]:
-    """What the classifier backend answers for each encoded picture, as it will see it
-    (decoded from the same bytes); memoized per process by content hash."""
-    import hashlib
-    import io
-
-    from .backends import ImageNetClassifierChat
-
-    keys = [(classifier, hashlib.sha256(b).hexdigest()) for b in sent]
-    todo = [i for i, k in enumerate(keys) if k not in _TRUTH]
-    clf = ImageNetClassifierChat(model=classifier)
-    for start in range(0, len(todo), batch):
-        idx = todo[start:start + batch]
-        pics = []
-        for i in idx:
-            with Image.open(io.BytesIO(sent[i])) as f:
-                pics.append(f.convert("RGB"))
-        for i, label in zip(idx, clf.classify(pics)):
-            _TRUTH[keys[i]] = label
-    return [_TRUTH[k] for k in keys]
-
-
-def _label_kinds(truths: Sequence[str], first: str) -> list[str]:
-    kinds = []
-    for i, t in enumerate(truths):
-        kinds.append(first if i == 0 else ("next frame, same answer" if t == truths[i - 1] else "next frame, answer changed"))
-    return kinds
-
-
-def video_stream(videos: Sequence[str] = VIDEOS, stride: int = 2, max_frames: Optional[int] = None,
-                 quality: int = 90, seed: int = 0, classifier: str = CLASSIFIER) -> Workload:
-    """Real camera streams, one request per frame (see module docstring). ``seed`` is
-    unused: the frames come in recorded order."""
-    items: list[WorkItem] = []
-    counts = {}
-    for name in videos:
-        frames = video_frames(shared_data_dir() / "video" / name, stride, max_frames)
-        sent = [imageops.jpeg_bytes(f, quality) for f in frames]
-        truths = classifier_truths(sent, classifier)
-        for data, truth, kind in zip(sent, truths, _label_kinds(truths, f"first frame of {name}")):
-            items.append(WorkItem(FRAME_QUESTION, truth, kind, data, "image/jpeg"))
-        counts[name] = len(frames)
-    return Workload(
-        name="video",
-        description=(f"real camera video frames ({', '.join(f'{k}: {v}' for k, v in counts.items())}; every {stride}. "
-                     f"frame, JPEG q{quality}); truth = {classifier} ImageNet top-1 of each frame"),
-        items=items,
-        multimodal=True,
-        meta={"videos": counts, "stride": stride, "quality": quality, "backend": "classifier", "classifier": classifier},
-    )
-
-
-def classified_photo_stream(seed: int = 0, variants_per_photo: int = 3, classifier: str = CLASSIFIER) -> Workload:
-    """The real pictures of :mod:`.photos` once each, then near-duplicates of them in
-    random order; truth = the classifier's answer for each picture as sent."""
-    from .photos import NEAR_DUPLICATES, load_pictures
-
-    rng = random.Random(seed)
-    nrng = np.random.default_rng(seed)
-    pictures = load_pictures(max_side=768)
-    originals: list[tuple[bytes, str, str]] = []
-    variants: list[tuple[bytes, str, str]] = []
-    for name in sorted(pictures):
-        im = pictures[name]
-        originals.append((imageops.png_bytes(im, compress_level=1), "image/png", "original picture"))
-        for kind in rng.sample(sorted(NEAR_DUPLICATES), variants_per_photo):
-            v = NEAR_DUPLICATES[kind](im, rng, nrng)
-            jpeg = kind.startswith("JPEG")
-            data = imageops.jpeg_bytes(v, 95) if jpeg else imageops.png_bytes(v, compress_level=1)
-            variants.append((data, "image/jpeg" if jpeg else "image/png", f"near-duplicate: {kind}"))
-    rng.shuffle(originals)
-    rng.shuffle(variants)
-    stream = originals + variants
-    truths = classifier_truths([d for d, _, _ in stream], classifier)
-    items = [WorkItem(PHOTO_QUESTION, t, kind, d, mime) for (d, mime, kind), t in zip(stream, truths)]
-    return Workload(
-        name="photo-classes",
-        description=(f"{len(pictures)} real pictures, then {len(variants)} near-duplicates; truth = {classifier} "
-                     "ImageNet top-1 of each picture as sent"),
-        items=items,
-        multimodal=True,
-        meta={"pictures": len(pictures), "seed": seed, "backend": "classifier", "classifier": classifier},
-    )
+    return classified_photo_stream(**kw)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------------- text
@@ -473,14 +384,28 @@ def contextual_stream(seed: int = 0, n: Optional[int] = None, path: Optional[Pat
     )
 
 
+def _scenes(**kw: object) -> Workload:
+    from .scene_workloads import scene_stream  # imports this module
+
+    return scene_stream(**kw)  # type: ignore[arg-type]
+
+
+def _scenes_edit(**kw: object) -> Workload:
+    from .scene_workloads import edit_stream
+
+    return edit_stream(**kw)  # type: ignore[arg-type]
+
+
 WORKLOADS: dict[str, Callable[..., Workload]] = {
     "vqa": vqa_stream,
     "camera": camera_stream,
     "photos": photo_stream,
     "qqp": qqp_stream,
     "contextual": contextual_stream,
-    "video": video_stream,
-    "photo-classes": classified_photo_stream,
+    "video": _video_stream,  # real camera frames, real classifier (image_streams.py)
+    "photo-classes": _classified_photo_stream,
+    "scenes": _scenes,
+    "scenes-edit": _scenes_edit,
 }
 
 # Sizes: full run vs --quick.
@@ -490,8 +415,10 @@ SIZES: dict[str, dict[str, dict[str, int]]] = {
     "photos": {"full": {"variants_per_photo": 5}, "quick": {"variants_per_photo": 2}},
     "qqp": {"full": {"n_pairs": 300}, "quick": {"n_pairs": 40}},
     "contextual": {"full": {}, "quick": {"n": 25}},
-    "video": {"full": {"stride": 2}, "quick": {"stride": 8, "max_frames": 40}},
+    "video": {"full": {"stride": 4}, "quick": {"stride": 8, "max_frames": 40}},
     "photo-classes": {"full": {"variants_per_photo": 3}, "quick": {"variants_per_photo": 1}},
+    "scenes": {"full": {"n_sessions": 32}, "quick": {"n_sessions": 2}},
+    "scenes-edit": {"full": {"n_scenes": 16}, "quick": {"n_scenes": 1}},
 }
 
 
@@ -501,7 +428,7 @@ def build(name: str, *, quick: bool = False, seed: int = 0, split: str = "test")
         raise ValueError(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
     kw: dict[str, object] = dict(SIZES[name]["quick" if quick else "full"])
     kw["seed"] = seed
-    if name in ("vqa", "camera"):
+    if name in ("vqa", "camera", "scenes", "scenes-edit"):
         kw["split"] = split
     return WORKLOADS[name](**kw)
 

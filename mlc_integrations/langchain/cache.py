@@ -46,7 +46,7 @@ except ImportError:  # pragma: no cover - older langchain-core
     from contextlib import nullcontext as _quiet_beta
 
 from .._lru import LRU
-from ..adapter_kit import Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking
+from ..adapter_kit import Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking, note_lookup
 from ..conversation import request_from_turns
 from ..engine import MLCEngine
 from ..errors import InvalidRequestError, PayloadError
@@ -202,7 +202,9 @@ class MultimodalSemanticCache(BaseCache):
 
     @property
     def last_lookup(self) -> Optional[LookupRecord]:
-        """Like :attr:`last_hit`, with the miss case and what was looked up."""
+        """Like :attr:`last_hit`, with the miss case: what was looked up and, on a miss,
+        why (``reason``; ``refused``: the best candidate the verifier refused, with its
+        scores; ``tiers``: each tier's outcome)."""
         return self._tracking.last_lookup
 
     def track(self) -> ContextManager[LookupTracker]:
@@ -213,7 +215,8 @@ class MultimodalSemanticCache(BaseCache):
     def stats(self) -> dict[str, Any]:
         """The engine's stats (tiers, latency, errors, entries) plus this adapter's counts
         under ``"langchain"``: lookups seen, hits, misses, prompt kinds, bad input,
-        responses not cached because they do not serialize, unreadable entries."""
+        responses not cached because they do not serialize, unreadable entries, and
+        ``by_scope``: lookups, hits and misses per ``llm_string`` and namespace."""
         return self._counters.merged(self.engine.stats(), "langchain", namespace=self.namespace)
 
     # ------------------------------------------------------------------ BaseCache
@@ -221,21 +224,27 @@ class MultimodalSemanticCache(BaseCache):
         """The blocking part of a lookup (parse, decode, search, restore), shared by
         :meth:`lookup` and :meth:`alookup`; the outcome is recorded by the caller."""
         req, kind = self._request_or_none(prompt, llm_string, "lookup")
-        hit = self.engine.lookup(req) if req is not None else None
-        gens = None
-        if hit is not None:
-            try:
-                gens = generations_from_payload(hit.payload)
-            except Exception as exc:
-                self._fail_open.unreadable_entry(self.engine, hit, exc)
-                hit = None
-        if gens is None and req is not None:
+        if req is None:
+            return LookupRecord.of(None, kind, llm_string, namespace=self.namespace), None
+        found = self.engine.lookup_explained(req)
+        gens, note = None, ""
+        if found.hit is not None:
+            gens, note = self._restore(found.hit)
+        if gens is None:
             self._pending.put((prompt, llm_string), (req, kind))
-        return LookupRecord.of(req, kind, llm_string, hit), gens
+        return LookupRecord.of(req, kind, llm_string, found, note=note), gens
+
+    def _restore(self, hit: Hit) -> tuple[Optional[list[Generation]], str]:
+        """The generations stored in ``hit``, or None and why not (an unreadable entry is
+        deleted; strict mode raises :class:`PayloadError`)."""
+        try:
+            return generations_from_payload(hit.payload), ""
+        except Exception as exc:
+            self._fail_open.unreadable_entry(self.engine, hit, exc)
+            return None, f"entry {hit.entry_id[:12]} ({hit.tier}) was unreadable and is deleted"
 
     def _finish(self, record: LookupRecord, gens: Optional[list[Generation]]) -> Optional[list[Generation]]:
-        self._tracking.record(record)
-        self._counters.incr("hits" if record.hit is not None else "misses")
+        note_lookup(record, self._counters, self._tracking, log)
         return gens
 
     def lookup(self, prompt: str, llm_string: str) -> Optional[RETURN_VAL_TYPE]:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from pathlib import Path
 from typing import Any, AsyncGenerator, AsyncIterator, Callable, ContextManager, Generator, Iterable, List, Optional
 from typing import Sequence, Union
 
@@ -39,10 +38,7 @@ from llama_index.core.base.llms.types import (
     CompletionResponse,
     CompletionResponseAsyncGen,
     CompletionResponseGen,
-    ImageBlock,
     LLMMetadata,
-    MessageRole,
-    TextBlock,
 )
 from llama_index.core.bridge.pydantic import Field, PrivateAttr, SerializeAsAny
 from llama_index.core.callbacks import CallbackManager
@@ -50,12 +46,14 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import LLM, ToolSelection
 
-from ..adapter_kit import Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking
+from ..adapter_kit import Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking, note_lookup
 from ..conversation import Part, Turn, request_from_turns
 from ..engine import MLCEngine
-from ..errors import ImageDecodeError, PayloadError
+from ..errors import InvalidRequestError, PayloadError
+from ..images import ImageRef
 from ..request import DEFAULT_NAMESPACE, CacheRequest, Hit
-from .keying import image_document_input, key_json, llm_scope, message_to_turn
+from .keying import ScopeWatch, image_document_input, images_message, kwargs_json, labelled, legacy_args, llm_scope
+from .keying import llm_settings, message_to_turn, scope_string
 from .payload import Response, answer_text, as_completion, chat_from_payload, completion_from_payload, response_payload
 from .streams import StreamRecorder, amap, apass_through, areplayed, pass_through, replayed
 from .streams import replay_chat, replay_completion
@@ -65,32 +63,6 @@ log = logging.getLogger(__name__)
 _COUNTERS = ("hits", "misses", "bypassed", "streams_finished", "streams_unfinished", "unreadable_entries",
              "unstorable_responses")
 _FROM_PAYLOAD: dict[str, Callable[[Any], Response]] = {"chat": chat_from_payload, "complete": completion_from_payload}
-
-
-# ---------------------------------------------------------------------- legacy image_documents
-def _legacy_args(formatted: Any, image_documents: Optional[Sequence[Any]]) -> tuple[bool, Optional[list[Any]]]:
-    # MultiModalLLM.complete(prompt, image_documents) passes the documents second.
-    if not isinstance(formatted, bool) and isinstance(formatted, (list, tuple)):
-        return False, list(formatted) + list(image_documents or [])
-    return bool(formatted), list(image_documents) if image_documents else None
-
-
-def _image_document_block(doc: Any) -> ImageBlock:
-    """A legacy image document as the ``ImageBlock`` that modern LLMs take in ``chat``."""
-    mimetype = getattr(doc, "image_mimetype", None)
-    b64 = getattr(doc, "image", None)
-    if b64:
-        return ImageBlock(image=b64.encode("ascii") if isinstance(b64, str) else b64, image_mimetype=mimetype)
-    if getattr(doc, "image_path", None):
-        return ImageBlock(path=Path(doc.image_path), image_mimetype=mimetype)
-    if getattr(doc, "image_url", None):
-        return ImageBlock(url=str(doc.image_url), image_mimetype=mimetype)
-    raise ImageDecodeError(f"{type(doc).__name__} carries no image, image_path or image_url")
-
-
-def _images_message(prompt: str, image_documents: Sequence[Any]) -> list[ChatMessage]:
-    blocks: list[Any] = [TextBlock(text=prompt)] + [_image_document_block(d) for d in image_documents]
-    return [ChatMessage(role=MessageRole.USER, blocks=blocks)]
 
 
 # ---------------------------------------------------------------------- the wrapper
@@ -118,6 +90,7 @@ class CachedMultiModalLLM(LLM):
     _counters: Counters = PrivateAttr()
     _fail_open: FailOpen = PrivateAttr()
     _tracking: LookupTracking = PrivateAttr()
+    _scope_watch: ScopeWatch = PrivateAttr()
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "CachedMultiModalLLM":
         # A function-calling inner LLM gets the function-calling wrapper, so that
@@ -166,6 +139,7 @@ class CachedMultiModalLLM(LLM):
         self._counters = Counters(_COUNTERS)
         self._fail_open = FailOpen(self._counters, lambda: self.strict, log)
         self._tracking = LookupTracking()
+        self._scope_watch = ScopeWatch()
 
     @classmethod
     def class_name(cls) -> str:
@@ -194,7 +168,9 @@ class CachedMultiModalLLM(LLM):
     @property
     def last_lookup(self) -> Optional[LookupRecord]:
         """Like :attr:`last_hit`, with the miss case: ``kind`` is the endpoint family
-        (``"chat"``/``"complete"``) or ``"invalid"`` (the call could not be keyed)."""
+        (``"chat"``/``"complete"``) or ``"invalid"`` (the call could not be keyed); on a
+        miss ``reason`` says why, ``refused`` is the best candidate the verifier refused
+        (tier, scores, thresholds, reason) and ``tiers`` each tier's outcome."""
         return self._tracking.last_lookup
 
     def track(self) -> ContextManager[LookupTracker]:
@@ -203,7 +179,8 @@ class CachedMultiModalLLM(LLM):
         return self._tracking.track()
 
     def stats(self) -> dict[str, Any]:
-        """The engine's statistics plus this adapter's counters under ``"llamaindex"``."""
+        """The engine's statistics plus this adapter's counters under ``"llamaindex"``
+        (``by_scope``: lookups, hits and misses per scope and namespace)."""
         return self._counters.merged(self._engine.stats(), "llamaindex", namespace=self.namespace)
 
     def clear_cache(self) -> None:
@@ -216,25 +193,45 @@ class CachedMultiModalLLM(LLM):
         return payload
 
     # ------------------------------------------------------------------ keying
+    def _call_scope(self) -> str:
+        """The scope of this call; a change since the previous call is logged once."""
+        settings = llm_settings(self.llm)
+        self._scope_watch.observe(type(self.llm), settings)
+        return scope_string(type(self.llm), settings)
+
+    def _resolve_image(self, value: Any, label: str) -> Any:
+        """Decode a picture now, so that an error names its block; on bad data hand the
+        engine the raw value, which it rejects the same way (a counted miss)."""
+        try:
+            return self._engine.decode_image(value, label)
+        except InvalidRequestError as exc:
+            self._fail_open.fail("image not keyable", exc, level=logging.DEBUG, outcome="the lookup will be a miss")
+            return value
+
     def _request(self, turns: Callable[[], list[Turn]], api: str, kwargs: dict[str, Any]) -> Optional[CacheRequest]:
         """The cache request for a call, or None when it cannot be keyed (the call bypasses the cache)."""
         def keyed() -> CacheRequest:
             extra: dict[str, Any] = {"api": api}
             if kwargs:
-                extra["kwargs"] = key_json(kwargs)
-            return request_from_turns(turns(), scope=self.scope, namespace=self.namespace, extra_context=extra)
+                extra["kwargs"] = kwargs_json(kwargs)
+            return request_from_turns(turns(), scope=self._call_scope(), namespace=self.namespace,
+                                      extra_context=extra)
 
         return self._fail_open.attempt("cannot key this LlamaIndex call", keyed, counter="bypassed",
                                        outcome="the call goes on uncached")
 
     def _chat_request(self, messages: Sequence[ChatMessage], kwargs: dict[str, Any]) -> Optional[CacheRequest]:
-        return self._request(lambda: [message_to_turn(m) for m in messages], "chat", kwargs)
+        return self._request(lambda: [message_to_turn(m, index=i, resolve_image=self._resolve_image)
+                                      for i, m in enumerate(messages)], "chat", kwargs)
 
     def _complete_request(self, prompt: str, formatted: bool, image_documents: Optional[Sequence[Any]],
                           kwargs: dict[str, Any]) -> Optional[CacheRequest]:
         def turns() -> list[Turn]:
             parts = [Part.of_text(prompt)]
-            parts += [Part.of_image(image_document_input(d)) for d in image_documents or []]
+            for k, doc in enumerate(image_documents or []):
+                label = f"image_documents[{k}] ({type(doc).__name__})"
+                value = labelled(label, image_document_input, doc)
+                parts.append(Part.of_image(value if isinstance(value, ImageRef) else self._resolve_image(value, label)))
             return [Turn(role="user", parts=parts)]
 
         key_kwargs = dict(kwargs)
@@ -247,20 +244,19 @@ class CachedMultiModalLLM(LLM):
         """The blocking part of a lookup (search, rebuild the response), shared by the
         sync and async endpoints; the outcome is recorded in the caller's context."""
         if request is None:
-            return LookupRecord.of(None, "invalid", "", None), None
-        hit = self._engine.lookup(request)
-        response = None
-        if hit is not None:
+            return LookupRecord.of(None, "invalid", "", namespace=self.namespace), None
+        found = self._engine.lookup_explained(request)
+        response, note = None, ""
+        if found.hit is not None:
             try:
-                response = _FROM_PAYLOAD[api](hit.payload)
+                response = _FROM_PAYLOAD[api](found.hit.payload)
             except Exception as exc:
-                self._fail_open.unreadable_entry(self._engine, hit, exc)
-                hit = None
-        return LookupRecord.of(request, api, request.scope, hit), response
+                self._fail_open.unreadable_entry(self._engine, found.hit, exc)
+                note = f"entry {found.hit.entry_id[:12]} ({found.hit.tier}) was unreadable and is deleted"
+        return LookupRecord.of(request, api, request.scope, found, note=note), response
 
     def _finish(self, record: LookupRecord, response: Optional[Response]) -> Any:
-        self._tracking.record(record)
-        self._counters.incr("hits" if record.hit is not None else "misses")
+        note_lookup(record, self._counters, self._tracking, log)
         return response
 
     def _lookup(self, request: Optional[CacheRequest], api: str) -> Any:
@@ -334,13 +330,13 @@ class CachedMultiModalLLM(LLM):
                  **kwargs: Any) -> CompletionResponse:
         """Completion; ``image_documents`` (legacy ``ImageDocument``/``ImageNode``) are
         sent to the inner LLM as ``ImageBlock`` s in one user message."""
-        formatted, docs = _legacy_args(formatted, image_documents)
+        formatted, docs = legacy_args(formatted, image_documents)
         request = self._complete_request(prompt, formatted, docs, kwargs)
         cached = self._lookup(request, "complete")
         if cached is not None:
             return cached
         if docs:
-            response = as_completion(self.llm.chat(_images_message(prompt, docs), **kwargs))
+            response = as_completion(self.llm.chat(images_message(prompt, docs), **kwargs))
         else:
             response = self.llm.complete(prompt, formatted=formatted, **kwargs)
         self._store(request, response)
@@ -349,13 +345,13 @@ class CachedMultiModalLLM(LLM):
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False, image_documents: Optional[Sequence[Any]] = None,
                         **kwargs: Any) -> CompletionResponse:
-        formatted, docs = _legacy_args(formatted, image_documents)
+        formatted, docs = legacy_args(formatted, image_documents)
         request = self._complete_request(prompt, formatted, docs, kwargs)
         cached = await self._alookup(request, "complete")
         if cached is not None:
             return cached
         if docs:
-            response = as_completion(await self.llm.achat(_images_message(prompt, docs), **kwargs))
+            response = as_completion(await self.llm.achat(images_message(prompt, docs), **kwargs))
         else:
             response = await self.llm.acomplete(prompt, formatted=formatted, **kwargs)
         await asyncio.to_thread(self._store, request, response)
@@ -364,13 +360,13 @@ class CachedMultiModalLLM(LLM):
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False,
                         image_documents: Optional[Sequence[Any]] = None, **kwargs: Any) -> CompletionResponseGen:
-        formatted, docs = _legacy_args(formatted, image_documents)
+        formatted, docs = legacy_args(formatted, image_documents)
         request = self._complete_request(prompt, formatted, docs, kwargs)
         cached = self._lookup(request, "complete")
         if cached is not None:
             return replayed(replay_completion(cached))
         if docs:
-            inner: Any = map(as_completion, self.llm.stream_chat(_images_message(prompt, docs), **kwargs))
+            inner: Any = map(as_completion, self.llm.stream_chat(images_message(prompt, docs), **kwargs))
         else:
             inner = self.llm.stream_complete(prompt, formatted=formatted, **kwargs)
         return self._pass_through(request, inner)
@@ -379,13 +375,13 @@ class CachedMultiModalLLM(LLM):
     async def astream_complete(self, prompt: str, formatted: bool = False,
                                image_documents: Optional[Sequence[Any]] = None,
                                **kwargs: Any) -> CompletionResponseAsyncGen:
-        formatted, docs = _legacy_args(formatted, image_documents)
+        formatted, docs = legacy_args(formatted, image_documents)
         request = self._complete_request(prompt, formatted, docs, kwargs)
         cached = await self._alookup(request, "complete")
         if cached is not None:
             return areplayed(replay_completion(cached))
         if docs:
-            inner: Any = amap(as_completion, await self.llm.astream_chat(_images_message(prompt, docs), **kwargs))
+            inner: Any = amap(as_completion, await self.llm.astream_chat(images_message(prompt, docs), **kwargs))
         else:
             inner = await self.llm.astream_complete(prompt, formatted=formatted, **kwargs)
         return self._apass_through(request, inner)

@@ -8,24 +8,16 @@ async pass-throughs are the few lines a ``for`` and an ``async for`` cannot shar
 
 from __future__ import annotations
 
-import re
 from types import TracebackType
 from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Generator, Iterable, Optional
 
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse, TextBlock
 
-from ..adapter_kit import Counters
+from ..adapter_kit import Counters, split_deltas
 from .payload import Response
 
 
 # ---------------------------------------------------------------------- replay
-def split_deltas(text: str) -> list[str]:
-    """Pieces (a word and the whitespace before it) that join back to ``text`` exactly."""
-    if not text:
-        return [""]
-    return [p for p in re.split(r"(?<=\S)(?=\s)", text) if p] or [text]
-
-
 def replay_chat(response: ChatResponse) -> list[ChatResponse]:
     """A cached chat response as stream chunks: deltas join to the text, the last
     chunk carries the whole message (tool calls, additional kwargs)."""

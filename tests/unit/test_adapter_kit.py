@@ -36,7 +36,26 @@ def test_counters_report_every_name_and_lookups_is_hits_plus_misses() -> None:
     merged = counters.merged({"hits": 7}, "adapter", namespace="t1")
     assert merged["hits"] == 7  # the engine's own numbers are left alone
     assert merged["adapter"] == {"hits": 1, "misses": 2, "bad_input": 0, "unexpected": 1, "lookups": 3,
-                                 "namespace": "t1"}
+                                 "by_scope": {}, "namespace": "t1"}
+
+
+def test_lookups_are_counted_per_scope_and_namespace_and_bounded() -> None:
+    counters = Counters(("hits", "misses"))
+    counters.lookup("model-a", "t1", True)
+    counters.lookup("model-a", "t1", False)
+    counters.lookup("model-a", "t2", False)
+    counters.lookup("model-b", "t1", True)
+    assert counters.snapshot() == {"hits": 2, "misses": 2}
+    assert counters.by_scope() == {
+        "model-a": {"t1": {"lookups": 2, "hits": 1, "misses": 1}, "t2": {"lookups": 1, "hits": 0, "misses": 1}},
+        "model-b": {"t1": {"lookups": 1, "hits": 1, "misses": 0}},
+    }
+    for i in range(Counters.MAX_SCOPES):  # a per-call value in the scope must not grow the table forever
+        counters.lookup(f"scope-{i}", "t1", False)
+    table = counters.by_scope()
+    pairs = sum(len(per_namespace) for per_namespace in table.values())
+    assert pairs == Counters.MAX_SCOPES + 1 and "scope-252" in table and "scope-253" not in table
+    assert table[Counters.OTHER_SCOPES]["t1"]["lookups"] == 3  # the three pairs that came after the bound
 
 
 def test_counters_are_exact_under_threads() -> None:
@@ -214,3 +233,39 @@ def test_track_collects_lookups_of_child_threads() -> None:
     tracking.record(record("after the block"))
     assert [r.hit.entry_id if r.hit else None for r in seen.records] == ["a", None]
     assert seen.misses == 1 and [h.entry_id for h in seen.hits] == ["a"] and seen.last_hit is None
+
+
+def test_open_lets_a_caller_that_never_looked_up_see_its_child_tasks_lookup() -> None:
+    """An adapter that owns the entry point (CachedChatModel.ainvoke) opens the caller's
+    slot first; without it a first-ever ``ainvoke`` has nothing to report back to."""
+    tracking = LookupTracking()
+
+    async def child() -> None:
+        tracking.record(record("child-hit"))
+
+    async def caller(open_first: bool) -> Optional[str]:
+        if open_first:
+            tracking.open()
+        await asyncio.gather(child())
+        return tracking.last_hit.entry_id if tracking.last_hit is not None else None
+
+    # each caller runs in an empty context, as a fresh program's first call does
+    assert contextvars.Context().run(asyncio.run, caller(False)) is None
+    assert contextvars.Context().run(asyncio.run, caller(True)) == "child-hit"
+
+
+def test_record_reason_says_why_a_lookup_missed() -> None:
+    from mlc_integrations import Lookup, Refusal
+
+    refusal = Refusal(tier="L1", entry_id="e" * 16, scores={"text": 0.93, "verifier": 0.2},
+                      thresholds={"text": 0.8, "verifier": 0.5}, reason="verifier", detail="negation")
+    refused = LookupRecord.of(None, "chat", "s", Lookup(hit=None, refused=refusal, tiers={"L0.5": "miss", "L1": "refused"}))
+    assert refused.reason.startswith("refused tier=L1") and "verifier=0.200<0.500" in refused.reason
+    plain = LookupRecord.of(None, "chat", "s", Lookup(hit=None, tiers={"L0.5": "miss", "L1": "miss"}))
+    assert plain.reason == "no stored entry cleared the similarity thresholds [L0.5:miss L1:miss]"
+    assert "could not be keyed" in LookupRecord.of(None, "invalid", "s").reason
+    assert "lookup failed" in LookupRecord.of(None, "chat", "s", Lookup(hit=None)).reason
+    found = Lookup(hit=hit("e1"), tiers={"L0.5": "hit"})
+    assert LookupRecord.of(None, "chat", "s", found).reason == "" and LookupRecord.of(None, "chat", "s", found).hit
+    dropped = LookupRecord.of(None, "chat", "s", found, note="entry e1 was unreadable")
+    assert dropped.hit is None and dropped.explain() == "miss: entry e1 was unreadable"

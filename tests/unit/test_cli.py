@@ -19,6 +19,7 @@ from mlc_integrations.cli import build_parser, main
 from mlc_integrations.inspection import size_on_disk
 from mlc_integrations.keys import scope_digest
 from mlc_integrations.request import CacheRequest
+from mlc_integrations.storage import TIER_COLLECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0  # a fixed creation time for the first entries (2023-11-14)
@@ -62,7 +63,7 @@ def test_stats_reports_the_stored_cache_per_scope_namespace_and_tier(cache_dir: 
     assert out["bytes_on_disk"] == size_on_disk(cache_dir) and out["bytes_on_disk"] > 0
     (c,) = out["caches"]
     assert c["prefix"] == "mlc" and c["entries"] == 5 and c["expired"] == 1
-    assert c["tiers"] == {"exact": 5, "l1": 5, "l2_image": 0, "l2_prompt": 0}  # clip_model=None: no L2 rows
+    assert c["tiers"] == {t: 5 if t in ("exact", "l1") else 0 for t in TIER_COLLECTIONS}  # clip_model=None: no L2 rows
     m1, m2 = scope_digest("m1"), scope_digest("m2")
     assert c["entries_per_scope"] == {m1: 4, m2: 1}
     assert c["entries_per_namespace"] == {scope_digest("default"): 4, scope_digest("tenant-b"): 1}
@@ -73,7 +74,7 @@ def test_stats_text_names_digests_sizes_and_never_prompts(cache_dir: Path, capsy
     assert main(["stats", "--dir", str(cache_dir)]) == 0
     text = capsys.readouterr().out
     assert "on disk" in text and "5 entries (1 expired" in text
-    assert "exact 5, l1 5, l2_image 0, l2_prompt 0" in text
+    assert "rows per tier: exact 5, l1 5, " in text and "l2_image 0" in text
     assert f"{scope_digest('m1')}  4" in text and f"{scope_digest('default')}  4  (namespace 'default')" in text
     assert "capital" not in text and "France" not in text  # prompts are stored, never shown
 
@@ -218,7 +219,7 @@ def test_demo_reports_each_phase_on_stderr(monkeypatch, capsys) -> None:
 
     class Workload:
         def __init__(self, name: str, n: int) -> None:
-            self.name, self.items = name, list(range(n))
+            self.name, self.items, self.meta = name, list(range(n)), {}
 
     seen: list[tuple[str, str, Any]] = []
 
@@ -227,14 +228,14 @@ def test_demo_reports_each_phase_on_stderr(monkeypatch, capsys) -> None:
         return RunResult(workload=wl.name, config=config, label=label, backend="oracle")
 
     monkeypatch.setattr(experiments, "build", lambda name, quick, seed: Workload(name, 3 if name == "vqa" else 2))
-    monkeypatch.setattr(experiments, "warm_models", lambda: None)
+    monkeypatch.setattr(experiments, "warm_models", lambda **kw: None)
     monkeypatch.setattr(experiments, "run_workload", run_workload)
     monkeypatch.setattr(experiments, "attach_speedups", lambda results: None)
     monkeypatch.setattr("mlc_integrations.langchain.MultimodalSemanticCache", lambda **kw: object())
-    experiments.demo(latency_ms=1, progress=True)
+    experiments.demo(latency_ms=1, video=False, progress=True)
     err = capsys.readouterr().err.splitlines()
     assert err == [
-        "demo: reading easy-vqa and building the VQA and camera streams",
+        "demo: building the streams (easy-vqa VQA, camera)",
         "demo: loading the models (all-MiniLM-L6-v2, mlc-easyvqa-tiny)",
         "demo [1/4]: vqa, 3 requests without a cache (every one calls the 1 ms oracle)",
         "demo [2/4]: vqa, 3 requests through MultimodalSemanticCache",
@@ -245,7 +246,7 @@ def test_demo_reports_each_phase_on_stderr(monkeypatch, capsys) -> None:
                                               ("camera", "MLC defaults")]
     bars = {id(b) for _w, _c, b in seen}
     assert len(bars) == 1 and seen[0][2] is not None and seen[0][2].total == 10, "one bar over the whole demo"
-    experiments.demo(latency_ms=1, progress=False)
+    experiments.demo(latency_ms=1, video=False, progress=False)
     assert capsys.readouterr().err == ""
 
 

@@ -20,7 +20,7 @@ import pytest
 
 COOKBOOK = Path(__file__).resolve().parents[2] / "cookbook"
 EXAMPLES = ("01_langchain_agent", "02_llamaindex_agent", "03_multiturn_picture", "04_camera_stream",
-            "05_shared_cache_server")
+            "05_shared_cache_server", "06_langgraph_react_agent")
 
 
 def load_example(name: str) -> ModuleType:
@@ -180,6 +180,38 @@ def test_camera_time_is_measured_and_the_plot_written(camera) -> None:
     assert camera["seconds_saved"] == pytest.approx(camera["seconds_without_cache"] - camera["seconds_with_cache"])
     plot = Path(camera["plot"])
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and plot.stat().st_size > 10_000
+
+
+# ---------------------------------------------------------------------------- 06: LangGraph, streamed
+@pytest.fixture(scope="module")
+def langgraph_agent() -> dict[str, Any]:
+    return run_example("06_langgraph_react_agent", [])
+
+
+def test_langgraph_first_run_calls_the_model_for_each_step(langgraph_agent) -> None:
+    first = _run(langgraph_agent, "task")
+    assert [s["model"] for s in first["steps"]] == ["miss", "miss"] and first["model_calls"] == 2
+    assert first["tools"] == ["catalog_price -> $3.40"] and first["answer"] == "The blue circle costs $3.40."
+
+
+def test_langgraph_second_identical_run_is_served_from_the_cache_token_by_token(langgraph_agent) -> None:
+    """``stream_mode="messages"`` is the path LangChain's BaseCache never sees: the
+    wrapper serves both steps and replays the answer as several chunks."""
+    first, again = _run(langgraph_agent, "task"), _run(langgraph_agent, "same task again")
+    assert again["model_calls"] == 0 and again["cache_misses"] == 0
+    assert [s["model"] for s in again["steps"]] == ["L0.5", "L0.5"]
+    assert again["answer"] == first["answer"] and again["tools"] == first["tools"]
+    assert again["steps"][-1]["chunks"] == len(first["answer"].split()) > 1  # word by word, from the cache
+    assert again["steps"][0]["tool_calls"] == first["steps"][0]["tool_calls"]
+
+
+def test_langgraph_paraphrase_hits_and_another_picture_misses(langgraph_agent) -> None:
+    para, other = _run(langgraph_agent, "paraphrase"), _run(langgraph_agent, "different picture")
+    assert [s["model"] for s in para["steps"]] == ["L1", "L1"] and para["model_calls"] == 0
+    assert [s["model"] for s in other["steps"]] == ["miss", "miss"] and other["model_calls"] == 2
+    assert other["answer"] == "The red triangle costs $2.50."
+    assert langgraph_agent["all_correct"] and langgraph_agent["model_calls"] == 4
+    assert langgraph_agent["model_calls_without_cache"] == 8
 
 
 # ---------------------------------------------------------------------------- all examples

@@ -126,7 +126,7 @@ def test_store_prompts_false_writes_no_prompt_text_to_disk(make_engine: Any, tmp
     req = CacheRequest(text=SECRET_PROMPT, images=[pattern(30)], scope="m",
                        context=[{"role": "user", "content": SECRET_CONTEXT}, {"role": "assistant", "content": "ok"}])
     assert eng.update(req, {"answer": "see a doctor"}) is not None
-    hit = eng.lookup(CacheRequest(text=SECRET_PROMPT.upper(), images=[pattern(30)], scope="m", context=req.context))
+    hit = eng.lookup(CacheRequest(text=f" {SECRET_PROMPT}\n", images=[pattern(30)], scope="m", context=req.context))
     assert hit is not None and hit.tier == "L0.5"
     eng.close()
     # Everything Chroma wrote: SQLite database and WAL, HNSW segment files.

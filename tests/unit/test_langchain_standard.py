@@ -1,13 +1,16 @@
-"""langchain-tests' standard cache suites, subclassed unmodified."""
+"""langchain-tests' standard suites, subclassed unmodified: the cache suites around
+``MultimodalSemanticCache``, the chat-model unit suite around ``CachedChatModel``."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import pytest
 from langchain_tests.integration_tests.cache import AsyncCacheTestSuite, SyncCacheTestSuite
+from langchain_tests.unit_tests import ChatModelUnitTests
 
-from mlc_integrations import MLCEngine, MultimodalSemanticCache
+from mlc_integrations import CachedChatModel, MLCEngine, MultimodalSemanticCache
+from tests.unit._fake_chat import FakeToolChatModel
 
 
 class TestMultimodalSemanticCacheSync(SyncCacheTestSuite):
@@ -28,3 +31,43 @@ class TestPersistentCacheSync(SyncCacheTestSuite):
     @pytest.fixture
     def cache(self, tmp_path: Any, tiny_clip_dir: Any) -> MultimodalSemanticCache:
         return MultimodalSemanticCache(persist_directory=str(tmp_path / "cache"), clip_model=str(tiny_clip_dir))
+
+
+# ---------------------------------------------------------------------------- the chat-model wrapper
+_ENGINE: list[MLCEngine] = []
+
+
+def _shared_engine() -> MLCEngine:
+    """One in-memory engine for every wrapper the suite builds (it builds hundreds in
+    ``test_init_time``); nothing here looks anything up."""
+    if not _ENGINE:
+        _ENGINE.append(MLCEngine(enable_l2=False, warm_start=False))
+    return _ENGINE[0]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_shared_engine() -> Iterator[None]:
+    yield
+    while _ENGINE:
+        _ENGINE.pop().close()
+
+
+class CachedFakeToolChat(CachedChatModel):
+    """``CachedChatModel`` as the standard suite builds a chat model: from provider
+    parameters (model, temperature, max_tokens, timeout, stop, api_key, streaming...).
+    A wrapper takes a model instance instead, so this constructor builds the fake inner
+    model from them; every method under test is ``CachedChatModel``'s own."""
+
+    def __init__(self, **params: Any) -> None:
+        cache = params.pop("cache", None)
+        super().__init__(FakeToolChatModel(**params), cache=cache)
+
+
+class TestCachedChatModelUnit(ChatModelUnitTests):
+    @property
+    def chat_model_class(self) -> type[CachedFakeToolChat]:
+        return CachedFakeToolChat
+
+    @property
+    def chat_model_params(self) -> dict[str, Any]:
+        return {"cache": _shared_engine(), "model": "fake-tool-model"}

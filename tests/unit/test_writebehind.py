@@ -66,7 +66,7 @@ def test_pending_l2_entry_is_found_by_its_picture(make_engine) -> None:
     finally:
         gate.open.set()
     eng.flush()
-    assert gate.writes[:3] == ["upsert exact", "upsert l2_image", "upsert l2_prompt"]
+    assert gate.writes[:4] == ["upsert exact", "upsert l2_fprint", "upsert l2_image", "upsert l2_prompt"]
 
 
 def test_queue_is_bounded_update_waits_for_the_writer(make_engine) -> None:
