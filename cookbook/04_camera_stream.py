@@ -22,7 +22,7 @@ What it shows
 
 Run it
     ./dev python cookbook/04_camera_stream.py [--frames-per-scene 15] [--latency-ms 300] [--plot PATH]
-                                              [--skip-baseline] [--torch-threads 1]
+                                              [--skip-baseline] [--torch-threads 1] [--picture-ids 6,36,...]
 
 Real provider (optional)
     MLC_COOKBOOK_PROVIDER=openai  -> langchain_openai.ChatOpenAI   (pip install langchain-openai; OPENAI_API_KEY)
@@ -46,7 +46,7 @@ from typing import Any, Optional, Sequence
 
 import _common
 import numpy as np
-from _common import Picture, langchain_chat_model, picture, tier_of, true_answer
+from _common import Picture, langchain_chat_model, picture, picture_by_id, tier_of, true_answer
 from langchain_core.messages import HumanMessage
 from PIL import Image
 
@@ -70,12 +70,13 @@ class Frame:
     truth: str
 
 
-def camera_frames(frames_per_scene: int, seed: int = 0) -> list[Frame]:
-    """Frames of each scene drifting slowly: pan up to a few pixels, light +-8 %, noise."""
+def camera_frames(frames_per_scene: int, seed: int = 0, pictures: Optional[Sequence[Picture]] = None) -> list[Frame]:
+    """Frames of each scene drifting slowly: pan up to a few pixels, light +-8 %, noise.
+    One scene per picture (default: :data:`SCENES`)."""
     rng = np.random.default_rng(seed)
     frames: list[Frame] = []
-    for s, (color, shape, nth) in enumerate(SCENES):
-        pic: Picture = picture(color, shape, nth)
+    scenes = pictures if pictures is not None else [picture(c, s, nth) for c, s, nth in SCENES]
+    for s, pic in enumerate(scenes):
         truth = true_answer(QUESTION, pic.color, pic.shape)
         for k in range(frames_per_scene):
             t = k / max(1, frames_per_scene - 1)
@@ -181,6 +182,9 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     parser.add_argument("--latency-ms", type=float, default=300.0, help="stand-in model latency per call")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help="where to write the PNG plot")
+    parser.add_argument("--picture-ids", default=None,
+                        help="comma-separated easy-vqa test picture ids, one scene each (default: four pictures "
+                             "the stand-in reads right, shapes away from the border)")
     parser.add_argument("--torch-threads", type=int, default=1,
                         help="CPU threads for the CLIP model (0: torch's default). One thread suits a tiny model "
                              "on a busy small machine: more threads wait on each other there")
@@ -193,8 +197,10 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     print(_common.describe_setup(clip))
     if _common.provider() == "standin":
         print(f"latency: the stand-in sleeps {args.latency_ms:.0f} ms per call (standing for a remote model)")
-    frames = camera_frames(args.frames_per_scene, args.seed)
-    print(f"stream: {len(SCENES)} scenes x {args.frames_per_scene} frames, question {QUESTION!r}; "
+    pictures = None if not args.picture_ids else [picture_by_id(int(i)) for i in args.picture_ids.split(",")]
+    frames = camera_frames(args.frames_per_scene, args.seed, pictures)
+    n_scenes = len(pictures) if pictures is not None else len(SCENES)
+    print(f"stream: {n_scenes} scenes x {args.frames_per_scene} frames, question {QUESTION!r}; "
           f"CLIP on {args.torch_threads or 'default'} CPU thread(s)\n")
 
     base = {"seconds": float("nan"), "wrong": None} if args.skip_baseline else run_without_cache(frames, latency_s)
@@ -217,7 +223,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
 
     cut_frames = [r for prev, r in zip(records, records[1:]) if r["scene"] != prev["scene"]]
     hits = sum(r["hit"] is not None for r in records)
-    title = (f"{len(SCENES)} scenes x {args.frames_per_scene} frames; hit rate {hits / len(records):.0%}; "
+    title = (f"{n_scenes} scenes x {args.frames_per_scene} frames; hit rate {hits / len(records):.0%}; "
              f"L2 {cached['l2']}")
     plot_path = plot(records, threshold, args.plot, title)
     summary = {
@@ -225,7 +231,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
         "provider": _common.provider(),
         "l2": cached["l2"],
         "frames": len(frames),
-        "scenes": len(SCENES),
+        "scenes": n_scenes,
         "hits": hits,
         "hit_rate": hits / len(records),
         "hits_by_tier": {t: sum(tier_of(r["hit"]) == t for r in records) for t in ("L0.5", "L1", "L2")},

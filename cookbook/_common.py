@@ -1,20 +1,18 @@
-"""Pieces the cookbook examples share: pictures with known answers, the offline
-stand-in vision model and the switch to a real provider. (Camera-like image changes
-come from :mod:`mlc_integrations.eval.imageops`, the ones the evaluation workloads use.)
+"""Plumbing the cookbook examples share: which model to talk to, the pictures and their
+right answers. Each example's own story (its tools, questions, checks) is in the
+example; the offline stand-in model is in ``_standin.py``.
 
 Nothing here is part of the library. The examples import it as ``_common`` (the
 script's own folder is first on ``sys.path`` when you run ``python cookbook/NN_x.py``).
 
+* **The model**: the offline stand-in (default; not an LLM, labelled as such in every
+  output) or, with ``MLC_COOKBOOK_PROVIDER=openai`` / ``ollama``, a real one
+  (``MLC_COOKBOOK_MODEL`` picks which). Provider packages are imported only in their branch.
 * **Pictures** come from easy-vqa's test split (installed offline by ``./dev``): one
-  shape of one colour on a plain background, with the colour and shape known from the
+  shape of one colour on a plain background, the colour and shape known from the
   dataset's own question/answer pairs, so every answer can be checked.
-* **The stand-in model** is not a language model. It reads the colour and shape off the
-  pixels (median colour of the pixels that differ from the border, and how much of its
-  bounding box the shape fills) and answers easy-vqa style questions, calls the
-  ``catalog_price`` tool when asked for a price, and translates its previous answer
-  when asked to. It exists so that the examples run with no network and no API key,
-  and every output labels it. ``MLC_COOKBOOK_PROVIDER=openai`` or ``ollama`` swaps in a
-  real model (``MLC_COOKBOOK_MODEL`` picks which one).
+  :func:`picture` picks pictures the stand-in reads right (it misreads 4 of 668);
+  :func:`picture_by_id` takes any, misread ones included.
 """
 
 from __future__ import annotations
@@ -22,14 +20,10 @@ from __future__ import annotations
 import base64
 import os
 import re
-import threading
-import time
-import uuid
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
-import numpy as np
 from PIL import Image
 
 from mlc_integrations.eval.easyvqa import COLORS, SHAPES
@@ -41,17 +35,10 @@ MODEL_ENV = "MLC_COOKBOOK_MODEL"
 PROVIDERS = ("standin", "openai", "ollama")
 DEFAULT_MODELS = {"openai": "gpt-4o-mini", "ollama": "llama3.2-vision"}
 OFFLINE_CLIP = "mlc-easyvqa-tiny"
-
 STANDIN_LABEL = (
     "STAND-IN MODEL (not an LLM): reads colour and shape from the pixels; "
     f"set {PROVIDER_ENV}=openai|ollama for a real one"
 )
-
-# easy-vqa draws its shapes in these exact colours.
-PALETTE = {
-    "red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "black": (0, 0, 0),
-    "gray": (128, 128, 128), "teal": (0, 128, 128), "brown": (165, 42, 42), "yellow": (255, 255, 0),
-}
 FRENCH = {
     "red": "rouge", "green": "vert", "blue": "bleu", "black": "noir", "gray": "gris", "teal": "sarcelle",
     "brown": "marron", "yellow": "jaune", "circle": "cercle", "rectangle": "rectangle", "triangle": "triangle",
@@ -59,7 +46,7 @@ FRENCH = {
 }
 
 
-# ---------------------------------------------------------------------------- set-up
+# ---------------------------------------------------------------------------- the model
 def provider() -> str:
     """The model provider chosen by ``MLC_COOKBOOK_PROVIDER`` (default: the stand-in)."""
     value = os.environ.get(PROVIDER_ENV, "standin").strip().lower() or "standin"
@@ -70,6 +57,46 @@ def provider() -> str:
 
 def provider_model(name: str) -> str:
     return os.environ.get(MODEL_ENV) or DEFAULT_MODELS[name]
+
+
+def langchain_chat_model(latency_s: float = 0.0, *, cache: Any = None) -> Any:
+    """The LangChain chat model for the chosen provider (``latency_s``: the stand-in sleeps
+    that long per call, standing for a remote model)."""
+    name = provider()
+    options: dict[str, Any] = {"cache": cache} if cache is not None else {}
+    if name == "openai":
+        from langchain_openai import ChatOpenAI  # pip install langchain-openai; needs OPENAI_API_KEY
+
+        return ChatOpenAI(model=provider_model(name), temperature=0, **options)
+    if name == "ollama":
+        from langchain_ollama import ChatOllama  # pip install langchain-ollama; needs `ollama serve`
+
+        return ChatOllama(model=provider_model(name), temperature=0, **options)
+    from _standin import langchain_stand_in_class
+
+    return langchain_stand_in_class()(latency_s=latency_s, **options)
+
+
+def llamaindex_llm(latency_s: float = 0.0) -> Any:
+    """The LlamaIndex LLM for the chosen provider."""
+    name = provider()
+    if name == "openai":
+        from llama_index.llms.openai import OpenAI  # pip install llama-index-llms-openai; needs OPENAI_API_KEY
+
+        return OpenAI(model=provider_model(name), temperature=0)
+    if name == "ollama":
+        from llama_index.llms.ollama import Ollama  # pip install llama-index-llms-ollama; needs `ollama serve`
+
+        return Ollama(model=provider_model(name), temperature=0, request_timeout=120)
+    from _standin import llamaindex_stand_in_class
+
+    return llamaindex_stand_in_class()(latency_s=latency_s)
+
+
+def model_calls(model: Any, misses: int) -> int:
+    """Times the model really ran: the stand-in counts them; for a real provider every
+    cache miss is one call (LangChain and the wrapper call the model only on a miss)."""
+    return int(getattr(model, "calls", misses))
 
 
 def offline_clip_model() -> Optional[str]:
@@ -93,7 +120,7 @@ def tier_of(hit: Any) -> str:
     return hit.tier if hit is not None else "miss"
 
 
-# ---------------------------------------------------------------------------- pictures
+# ---------------------------------------------------------------------------- pictures and right answers
 @dataclass(frozen=True)
 class Picture:
     """An easy-vqa picture and its ground truth."""
@@ -114,12 +141,17 @@ class Picture:
         return "data:image/png;base64," + base64.b64encode(self.png()).decode("ascii")
 
 
-@lru_cache(maxsize=2)
-def easyvqa_labels(split: str = "test") -> dict[int, tuple[str, str]]:
-    """(colour, shape) of every easy-vqa image whose questions state both."""
+def langchain_image_block(pic: Picture) -> dict[str, Any]:
+    """An OpenAI-style image block with the picture as a PNG data URL."""
+    return {"type": "image_url", "image_url": {"url": pic.data_url()}}
+
+
+@lru_cache(maxsize=1)
+def easyvqa_labels() -> dict[int, tuple[str, str]]:
+    """(colour, shape) of every easy-vqa test image whose questions state both."""
     import easy_vqa
 
-    qs, answers, ids = easy_vqa.get_test_questions() if split == "test" else easy_vqa.get_train_questions()
+    qs, answers, ids = easy_vqa.get_test_questions()
     color: dict[int, str] = {}
     shape: dict[int, str] = {}
     for q, a, i in zip(qs, answers, ids):
@@ -136,52 +168,31 @@ def easyvqa_labels(split: str = "test") -> dict[int, tuple[str, str]]:
 
 
 @lru_cache(maxsize=64)
-def picture(color: str, shape: str, nth: int = 0, split: str = "test") -> Picture:
-    """The ``nth`` easy-vqa picture of a ``color`` ``shape`` (that the stand-in reads right)."""
+def picture_by_id(image_id: int) -> Picture:
+    """Easy-vqa test picture ``image_id`` with its labels, whatever the stand-in reads in it."""
     import easy_vqa
 
-    paths = easy_vqa.get_test_image_paths() if split == "test" else easy_vqa.get_train_image_paths()
-    seen = 0
-    for image_id, (c, s) in easyvqa_labels(split).items():
-        if (c, s) != (color, shape):
-            continue
-        im = Image.open(paths[image_id]).convert("RGB")
-        if read_picture(im) != (c, s):
-            continue  # shapes cut by the border fool the stand-in; skip them
+    color, shape = easyvqa_labels()[image_id]
+    return Picture(image_id, color, shape, Image.open(easy_vqa.get_test_image_paths()[image_id]).convert("RGB"))
+
+
+@lru_cache(maxsize=64)
+def picture(color: str, shape: str, nth: int = 0) -> Picture:
+    """The ``nth`` easy-vqa test picture of a ``color`` ``shape`` among those the
+    stand-in reads right: the examples show the cache, not the stand-in's mistakes."""
+    from _standin import read_picture
+
+    readable = (i for i, label in easyvqa_labels().items() if label == (color, shape)
+                and read_picture(picture_by_id(i).image) == label)
+    for seen, image_id in enumerate(readable):
         if seen == nth:
-            return Picture(image_id, c, s, im)
-        seen += 1
-    raise LookupError(f"no easy-vqa {split} picture #{nth} of a {color} {shape}")
-
-
-# ---------------------------------------------------------------------------- the stand-in's "vision"
-def read_picture(im: Image.Image) -> tuple[Optional[str], Optional[str]]:
-    """(colour, shape) read off the pixels: what the stand-in model "sees"."""
-    a = np.asarray(im.convert("RGB")).astype(np.float32)
-    border = np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
-    mask = np.linalg.norm(a - np.median(border, axis=0), axis=2) > 60
-    if mask.sum() < 4:
-        return None, None
-    names = list(PALETTE)
-    pal = np.array([PALETTE[n] for n in names], dtype=np.float32)
-    color = names[int(np.argmin(np.linalg.norm(pal - np.median(a[mask], axis=0), axis=1)))]
-    ys, xs = np.nonzero(mask)
-    fill = mask.sum() / ((ys.max() - ys.min() + 1) * (xs.max() - xs.min() + 1))
-    shape = "rectangle" if fill > 0.88 else ("circle" if fill > 0.64 else "triangle")
-    return color, shape
-
-
-def catalog_price(color: str, shape: str) -> str:
-    """Price of a shape in the toy shop's catalog (the tool the agents call)."""
-    if shape not in SHAPES or color not in COLORS:
-        return f"no catalog entry for a {color} {shape}"
-    cents = {"circle": 300, "rectangle": 450, "triangle": 250}[shape] + 20 * COLORS.index(color)
-    return f"${cents // 100}.{cents % 100:02d}"
+            return picture_by_id(image_id)
+    raise LookupError(f"no easy-vqa test picture #{nth} of a {color} {shape}")
 
 
 def true_answer(question: str, color: str, shape: str, previous: Optional[str] = None) -> str:
-    """The correct answer to the questions the examples ask (``previous``: the correct
-    answer to the question before, for "answer again ... in French")."""
+    """The right answer to the questions the examples ask about a ``color`` ``shape``
+    (``previous``: the right answer to the question before, for "answer again ... in French")."""
     q = question.lower()
     if "french" in q:
         return FRENCH.get(previous or "", previous or "")
@@ -197,287 +208,3 @@ def true_answer(question: str, color: str, shape: str, previous: Optional[str] =
             present = word in (color, shape)
             return "yes" if present != negated else "no"
     return "I can only answer questions about the colour and shape in the picture."
-
-
-@dataclass
-class SimpleMessage:
-    """A framework-neutral message for the stand-in: role is user/assistant/tool/system."""
-
-    role: str
-    text: str = ""
-    images: list[Image.Image] = field(default_factory=list)
-
-
-def standin_decide(messages: Sequence[SimpleMessage], tool_names: Sequence[str]) -> tuple[str, Any]:
-    """What the stand-in does next: ``("tool_call", (name, args))`` or ``("text", answer)``."""
-    users = [i for i, m in enumerate(messages) if m.role == "user"]
-    if not users:
-        return "text", "Please ask a question about a picture."
-    last = users[-1]
-    pictures = [im for m in messages[: last + 1] if m.role == "user" for im in m.images]
-    if not pictures:
-        return "text", "I don't see a picture."
-    color, shape = read_picture(pictures[-1])
-    if color is None or shape is None:
-        return "text", "I can't make out a shape in this picture."
-    results = [m for m in messages[last + 1:] if m.role == "tool"]
-    question = messages[last].text
-    if results:
-        return "text", f"The {color} {shape} costs {results[-1].text}."
-    if "catalog_price" in tool_names and re.search(r"\b(price|cost|how much)\b", question.lower()):
-        return "tool_call", ("catalog_price", {"color": color, "shape": shape})
-    answers = [m.text for m in messages[:last] if m.role == "assistant"]
-    return "text", true_answer(question, color, shape, previous=answers[-1] if answers else None)
-
-
-# ---------------------------------------------------------------------------- LangChain
-def langchain_image_block(pic: Picture) -> dict[str, Any]:
-    """An OpenAI-style image block with the picture as a PNG data URL."""
-    return {"type": "image_url", "image_url": {"url": pic.data_url()}}
-
-
-def _langchain_stand_in_class() -> type:
-    from langchain_core.language_models.chat_models import BaseChatModel
-    from langchain_core.messages import AIMessage, BaseMessage
-    from langchain_core.outputs import ChatGeneration, ChatResult
-    from langchain_core.utils.function_calling import convert_to_openai_tool
-    from pydantic import PrivateAttr
-
-    from mlc_integrations.images import decode_image
-
-    def simple(message: BaseMessage) -> SimpleMessage:
-        role = {"human": "user", "ai": "assistant", "tool": "tool", "system": "system"}.get(message.type, message.type)
-        content = message.content
-        if isinstance(content, str):
-            return SimpleMessage(role, content)
-        texts, images = [], []
-        for block in content:
-            if isinstance(block, str):
-                texts.append(block)
-            elif block.get("type") == "text":
-                texts.append(block.get("text", ""))
-            elif block.get("type") == "image_url":
-                url = block["image_url"]["url"] if isinstance(block["image_url"], dict) else block["image_url"]
-                images.append(decode_image(url, what="stand-in image").pil)
-        return SimpleMessage(role, "\n".join(texts), images)
-
-    class StandInVisionChatModel(BaseChatModel):
-        """LangChain chat model for offline runs: answers from the pixels (see module doc).
-
-        Tool calls get fresh random ids, as real providers give them; ``calls`` counts
-        the times the model really ran; ``latency_s`` makes it as slow as a remote model.
-        """
-
-        model_name: str = "standin-vision-1"
-        latency_s: float = 0.0
-        _calls: int = PrivateAttr(default=0)
-        _lock: Any = PrivateAttr(default_factory=threading.Lock)
-
-        @property
-        def _llm_type(self) -> str:
-            return "cookbook-standin-vision"
-
-        @property
-        def calls(self) -> int:
-            return self._calls
-
-        def bind_tools(self, tools: Sequence[Any], *, tool_choice: Optional[str] = None, **kwargs: Any) -> Any:
-            formatted = [convert_to_openai_tool(t) for t in tools]
-            if tool_choice:
-                kwargs["tool_choice"] = tool_choice
-            return self.bind(tools=formatted, **kwargs)
-
-        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                      **kwargs: Any) -> ChatResult:
-            with self._lock:
-                self._calls += 1
-            if self.latency_s:
-                time.sleep(self.latency_s)
-            names = [t["function"]["name"] for t in kwargs.get("tools") or []]
-            kind, value = standin_decide([simple(m) for m in messages], names)
-            meta = {"model_name": self.model_name, "produced_by_pid": os.getpid()}
-            if kind == "tool_call":
-                name, args = value
-                call = {"name": name, "args": args, "id": f"call_{uuid.uuid4().hex[:12]}", "type": "tool_call"}
-                message = AIMessage(content="", tool_calls=[call], response_metadata=meta)
-            else:
-                message = AIMessage(content=value, response_metadata=meta)
-            return ChatResult(generations=[ChatGeneration(message=message)])
-
-    return StandInVisionChatModel
-
-
-@lru_cache(maxsize=1)
-def langchain_stand_in_class() -> type:
-    return _langchain_stand_in_class()
-
-
-def langchain_chat_model(latency_s: float = 0.0, *, cache: Any = None) -> Any:
-    """The chat model for the chosen provider; the provider's package is imported only here."""
-    name = provider()
-    options: dict[str, Any] = {"cache": cache} if cache is not None else {}
-    if name == "openai":
-        from langchain_openai import ChatOpenAI  # pip install langchain-openai; needs OPENAI_API_KEY
-
-        return ChatOpenAI(model=provider_model(name), temperature=0, **options)
-    if name == "ollama":
-        from langchain_ollama import ChatOllama  # pip install langchain-ollama; needs `ollama serve`
-
-        return ChatOllama(model=provider_model(name), temperature=0, **options)
-    return langchain_stand_in_class()(latency_s=latency_s, **options)
-
-
-def model_calls(model: Any, misses: int) -> int:
-    """Times the model really ran: the stand-in counts them; for a real provider every
-    cache miss is one call (LangChain calls the model only on a miss)."""
-    return int(getattr(model, "calls", misses))
-
-
-# ---------------------------------------------------------------------------- LlamaIndex
-def _llamaindex_stand_in_class() -> type:
-    import json
-
-    from llama_index.core.base.llms.types import (
-        ChatMessage,
-        ChatResponse,
-        CompletionResponse,
-        ImageBlock,
-        LLMMetadata,
-        MessageRole,
-        TextBlock,
-        ToolCallBlock,
-    )
-    from llama_index.core.bridge.pydantic import PrivateAttr
-    from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
-    from llama_index.core.llms.function_calling import FunctionCallingLLM
-    from llama_index.core.llms.llm import ToolSelection
-
-    roles = {MessageRole.USER: "user", MessageRole.ASSISTANT: "assistant", MessageRole.TOOL: "tool",
-             MessageRole.SYSTEM: "system"}
-
-    def simple(message: ChatMessage) -> SimpleMessage:
-        texts = [b.text for b in message.blocks if isinstance(b, TextBlock)]
-        images = [Image.open(b.resolve_image()).convert("RGB") for b in message.blocks
-                  if isinstance(b, ImageBlock) and (b.image is not None or b.path is not None)]
-        return SimpleMessage(roles.get(message.role, str(message.role)), "\n".join(texts), images)
-
-    class StandInVisionLLM(FunctionCallingLLM):
-        """LlamaIndex function-calling LLM for offline runs: answers from the pixels (see
-        module doc). Tool specs arrive OpenAI-style in ``tools=``; tool calls leave as
-        ``ToolCallBlock`` s with fresh random ids; ``calls`` counts real runs."""
-
-        model: str = "standin-vision-1"
-        latency_s: float = 0.0
-        _calls: int = PrivateAttr(default=0)
-        _lock: Any = PrivateAttr(default_factory=threading.Lock)
-
-        @classmethod
-        def class_name(cls) -> str:
-            return "CookbookStandInVisionLLM"
-
-        @property
-        def calls(self) -> int:
-            return self._calls
-
-        @property
-        def metadata(self) -> LLMMetadata:
-            return LLMMetadata(model_name=self.model, is_chat_model=True, is_function_calling_model=True)
-
-        def _reply(self, messages: Sequence[ChatMessage], tools: Optional[list[dict[str, Any]]]) -> ChatResponse:
-            with self._lock:
-                self._calls += 1
-            if self.latency_s:
-                time.sleep(self.latency_s)
-            names = [t["function"]["name"] for t in tools or []]
-            kind, value = standin_decide([simple(m) for m in messages], names)
-            if kind == "tool_call":
-                name, args = value
-                block = ToolCallBlock(tool_call_id=f"call_{uuid.uuid4().hex[:12]}", tool_name=name, tool_kwargs=args)
-                message = ChatMessage(role="assistant", blocks=[block])
-            else:
-                message = ChatMessage(role="assistant", content=value)
-            return ChatResponse(message=message, additional_kwargs={"produced_by_pid": os.getpid()})
-
-        @llm_chat_callback()
-        def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-            return self._reply(messages, kwargs.get("tools"))
-
-        @llm_chat_callback()
-        async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
-            return self._reply(messages, kwargs.get("tools"))
-
-        @llm_chat_callback()
-        def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
-            response = self._reply(messages, kwargs.get("tools"))
-            return iter([ChatResponse(message=response.message, delta=response.message.content or "")])
-
-        @llm_chat_callback()
-        async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> Any:
-            response = self._reply(messages, kwargs.get("tools"))
-
-            async def gen() -> Any:
-                yield ChatResponse(message=response.message, delta=response.message.content or "")
-
-            return gen()
-
-        @llm_completion_callback()
-        def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-            text = self._reply([ChatMessage(role="user", content=prompt)], None).message.content or ""
-            return CompletionResponse(text=text)
-
-        @llm_completion_callback()
-        async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-            return self.complete(prompt, formatted=formatted, **kwargs)
-
-        @llm_completion_callback()
-        def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
-            text = self.complete(prompt, formatted=formatted, **kwargs).text
-            return iter([CompletionResponse(text=text, delta=text)])
-
-        @llm_completion_callback()
-        async def astream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> Any:
-            text = self.complete(prompt, formatted=formatted, **kwargs).text
-
-            async def gen() -> Any:
-                yield CompletionResponse(text=text, delta=text)
-
-            return gen()
-
-        def _prepare_chat_with_tools(self, tools: Sequence[Any], user_msg: Any = None,
-                                     chat_history: Optional[list[ChatMessage]] = None, verbose: bool = False,
-                                     allow_parallel_tool_calls: bool = False, tool_required: bool = False,
-                                     **kwargs: Any) -> dict[str, Any]:
-            messages = list(chat_history or [])
-            if user_msg:
-                messages.append(ChatMessage(role="user", content=user_msg) if isinstance(user_msg, str) else user_msg)
-            return {"messages": messages, "tools": [t.metadata.to_openai_tool() for t in tools] or None, **kwargs}
-
-        def get_tool_calls_from_response(self, response: ChatResponse, error_on_no_tool_call: bool = True,
-                                         **kwargs: Any) -> list[ToolSelection]:
-            calls = [b for b in response.message.blocks if isinstance(b, ToolCallBlock)]
-            if not calls and error_on_no_tool_call:
-                raise ValueError(f"expected a tool call in {response.message.content!r}")
-            return [ToolSelection(tool_id=c.tool_call_id or "", tool_name=c.tool_name,
-                                  tool_kwargs=json.loads(c.tool_kwargs) if isinstance(c.tool_kwargs, str) else c.tool_kwargs)
-                    for c in calls]
-
-    return StandInVisionLLM
-
-
-@lru_cache(maxsize=1)
-def llamaindex_stand_in_class() -> type:
-    return _llamaindex_stand_in_class()
-
-
-def llamaindex_llm(latency_s: float = 0.0) -> Any:
-    """The LlamaIndex LLM for the chosen provider; the provider's package is imported only here."""
-    name = provider()
-    if name == "openai":
-        from llama_index.llms.openai import OpenAI  # pip install llama-index-llms-openai; needs OPENAI_API_KEY
-
-        return OpenAI(model=provider_model(name), temperature=0)
-    if name == "ollama":
-        from llama_index.llms.ollama import Ollama  # pip install llama-index-llms-ollama; needs `ollama serve`
-
-        return Ollama(model=provider_model(name), temperature=0, request_timeout=120)
-    return llamaindex_stand_in_class()(latency_s=latency_s)

@@ -6,7 +6,9 @@
 * ``mlc sweep --workload NAME [--quick]``: the threshold sweep per tier.
 * ``mlc bench``: no cache vs exact-only vs GPTCache vs MLC, oracle and real local LLM.
 * ``mlc train-clip``: rebuild the offline L2 model ``mlc-easyvqa-tiny``.
-* ``mlc quickstart``, ``mlc stats``, ``mlc clear``.
+* ``mlc quickstart``: a few stored and probed requests, each decision explained (seconds).
+* ``mlc stats``, ``mlc scopes``, ``mlc clear``: inspect or clear a persisted cache
+  directory (read through :mod:`mlc_integrations.inspection`, no model loaded).
 
 The evaluation commands import :mod:`mlc_integrations.eval` (the ``eval`` extra) lazily,
 inside each command function: the library never imports it.
@@ -24,22 +26,83 @@ WORKLOAD_NAMES = ("vqa", "camera", "photos", "qqp", "contextual", "scenes", "sce
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
-    from .engine import MLCEngine
+    from .entries import IMAGE_ROW_TIERS
+    from .inspection import KNOWN_NAMESPACES, CacheDirectory, bytes_human, size_on_disk
 
-    eng = MLCEngine(persist_directory=args.dir, clip_model=None)
-    st = eng.stats()
-    print(json.dumps({"directory": args.dir, "entries": st["entries"], "config": st["config"]}, indent=2))
+    with CacheDirectory(args.dir) as cd:
+        prefixes = [cd.prefix(args.prefix)] if args.prefix else sorted(cd.prefixes)
+        caches = [cd.summary(p) for p in prefixes]
+    size = size_on_disk(cd.path)
+    if args.json:
+        print(json.dumps({"directory": str(cd.path), "bytes_on_disk": size,
+                          "caches": [c.to_dict() for c in caches]}, indent=2))
+        return 0
+    print(f"cache directory {cd.path}: {bytes_human(size)} on disk")
+    for c in caches:
+        print(f"\nprefix {c.prefix!r}: {c.entries} entries ({c.expired} expired, not served)")
+        print("  rows per tier: " + ", ".join(f"{t} {n}" for t, n in c.tiers.items())
+              + f"  ({', '.join(IMAGE_ROW_TIERS)}: one row per image)")
+        for title, counts in (("scope", c.per_scope()), ("namespace", c.per_namespace())):
+            print(f"  entries per {title} (stored as a digest):")
+            for digest, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+                known = KNOWN_NAMESPACES.get(digest) if title == "namespace" else None
+                print(f"    {digest}  {n}" + (f"  (namespace {known!r})" if known else ""))
+    print("\nscopes and namespaces are stored as SHA-256 digests, not as text; "
+          "`mlc scopes` lists each pair with its dates")
+    return 0
+
+
+def _cmd_scopes(args: argparse.Namespace) -> int:
+    from .inspection import CacheDirectory, when
+
+    with CacheDirectory(args.dir) as cd:
+        prefixes = [cd.prefix(args.prefix)] if args.prefix else sorted(cd.prefixes)
+        caches = [cd.summary(p) for p in prefixes]
+    if args.json:
+        print(json.dumps({"directory": str(cd.path), "caches": [
+            {"prefix": c.prefix, "scopes": c.to_dict()["scopes"]} for c in caches]}, indent=2))
+        return 0
+    for c in caches:
+        print(f"prefix {c.prefix!r} in {cd.path}: {len(c.scopes)} scope/namespace pairs, {c.entries} entries")
+        print(f"  {'scope digest':32}  {'namespace digest':32}  {'entries':>7}  {'expired':>7}  {'w/ image':>8}  "
+              f"{'oldest':19}  newest")
+        for s in c.scopes:
+            label = f"  scope {s.scope_label!r}" if s.scope_label else ""
+            label += f"  namespace {s.ns_label!r}" if s.ns_label else ""
+            print(f"  {s.scope:32}  {s.ns:32}  {s.entries:7d}  {s.expired:7d}  {s.with_images:8d}  "
+                  f"{when(s.oldest):19}  {when(s.newest):19}{label}")
     return 0
 
 
 def _cmd_clear(args: argparse.Namespace) -> int:
-    from .engine import MLCEngine
+    from .inspection import CacheDirectory, digest_of
 
-    eng = MLCEngine(persist_directory=args.dir, clip_model=None)
-    before = eng.count()
-    eng.clear(scope=args.scope, namespace=args.namespace)
-    print(f"cleared {before - eng.count()} entries from {args.dir}")
+    with CacheDirectory(args.dir) as cd:
+        prefix = cd.prefix(args.prefix)
+        scope = digest_of(args.scope) if args.scope is not None else (
+            cd.resolve_digest(prefix, "scope", args.scope_digest) if args.scope_digest else None)
+        ns = digest_of(args.namespace) if args.namespace is not None else (
+            cd.resolve_digest(prefix, "ns", args.namespace_digest) if args.namespace_digest else None)
+        what = " and ".join(f"{k} {v}" for k, v in (("scope", scope), ("namespace", ns)) if v) or "every scope"
+        n = cd.matching(prefix, scope, ns)
+        if n == 0:
+            print(f"nothing to clear: no entries of {what} in {cd.path} (prefix {prefix!r})")
+            return 0
+        if not args.yes:
+            if not sys.stdin.isatty():
+                return _error(args, f"would delete {n} entries of {what}; not asking without a terminal: pass --yes")
+            answer = input(f"delete {n} entries of {what} from {cd.path} (prefix {prefix!r})? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("aborted: nothing deleted")
+                return 1
+        removed = cd.clear(prefix, scope, ns)
+    print(f"cleared {removed} entries of {what} from {cd.path} (prefix {prefix!r})")
     return 0
+
+
+def _error(args: argparse.Namespace, message: str, code: int = 2) -> int:
+    print(f"mlc {args.command}: error: {message}", file=sys.stderr)
+    return code
 
 
 def _cmd_quickstart(args: argparse.Namespace) -> int:
@@ -152,6 +215,14 @@ def _cmd_train_clip(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cache_dir_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", default=".mlc_cache",
+                   help="embedded cache directory (default: .mlc_cache, the LangChain cache's default); "
+                        "it must exist")
+    p.add_argument("--prefix", default=None, help="collection prefix (default: every cache in the directory; "
+                   "clear needs one when there are several)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="mlc", description="Multi-level cache for multimodal LLMs")
     sub = p.add_subparsers(dest="command", required=True)
@@ -204,21 +275,47 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--threads", type=int, default=1, help="torch CPU threads (1 is fastest on a busy shared 2-core machine)")
     t.set_defaults(func=_cmd_train_clip)
 
-    s = sub.add_parser("stats", help="entries and configuration of a persisted cache")
-    s.add_argument("--dir", default=".mlc_cache")
+    s = sub.add_parser("stats", help="what a persisted cache holds: entries per scope and namespace, rows per tier, "
+                       "size on disk")
+    _cache_dir_args(s)
+    s.add_argument("--json", action="store_true", help="machine-readable output")
     s.set_defaults(func=_cmd_stats)
 
-    c = sub.add_parser("clear", help="delete entries of a persisted cache (all, or one scope/namespace)")
-    c.add_argument("--dir", default=".mlc_cache")
-    c.add_argument("--scope", default=None)
-    c.add_argument("--namespace", default=None)
+    sc = sub.add_parser("scopes", help="scope/namespace pairs of a persisted cache: entries, oldest and newest")
+    _cache_dir_args(sc)
+    sc.add_argument("--json", action="store_true", help="machine-readable output")
+    sc.set_defaults(func=_cmd_scopes)
+
+    c = sub.add_parser("clear", help="delete entries of a persisted cache (all, or one scope and/or namespace); "
+                       "asks first unless --yes")
+    _cache_dir_args(c)
+    who = c.add_mutually_exclusive_group()
+    who.add_argument("--scope", default=None, help="the scope as the adapter built it (e.g. LangChain's llm_string)")
+    who.add_argument("--scope-digest", default=None, help="a scope digest as `mlc scopes` shows it (or a unique prefix)")
+    ns = c.add_mutually_exclusive_group()
+    ns.add_argument("--namespace", default=None, help="the namespace (tenant) string")
+    ns.add_argument("--namespace-digest", default=None, help="a namespace digest as `mlc scopes` shows it")
+    c.add_argument("--yes", action="store_true", help="do not ask (required when stdin is not a terminal)")
     c.set_defaults(func=_cmd_clear)
     return p
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    from .dirlock import DirectoryInUseError
+    from .errors import StorageError
+    from .inspection import CacheDirectoryError
+
+    try:
+        return int(args.func(args) or 0)
+    except CacheDirectoryError as exc:  # a mistyped --dir, not a cache, an unknown digest
+        return _error(args, str(exc))
+    except DirectoryInUseError as exc:
+        return _error(args, str(exc), code=1)
+    except StorageError as exc:
+        if args.command in ("stats", "scopes", "clear"):
+            return _error(args, f"cannot read the cache in {args.dir!r}: {exc}")
+        raise
 
 
 if __name__ == "__main__":  # pragma: no cover

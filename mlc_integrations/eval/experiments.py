@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import platform
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
@@ -109,6 +110,18 @@ def _bar(total: int, desc: str, enabled: bool) -> Any:
 
     # disable=None: no bar when stderr is not a terminal (logs, CI, tests).
     return tqdm(total=total, desc=desc, unit="req", leave=False, disable=None, mininterval=0.5)
+
+
+def _phase(message: str, enabled: bool, bar: Any = None, desc: str = "") -> None:
+    """A progress line on stderr (the bar shows only on a terminal; these lines show in
+    logs too), and the bar's label for the phase."""
+    if not enabled:
+        return
+    from tqdm import tqdm
+
+    if bar is not None and desc:
+        bar.set_description(desc)
+    tqdm.write(message, file=sys.stderr)
 
 
 def sweep(
@@ -273,18 +286,22 @@ def demo(
     from .baselines import engine_with_image_encoder
 
     t0 = time.perf_counter()
+    _phase("demo: building the streams (easy-vqa VQA, camera" + (", video)" if video else ")"), progress)
     wls = [build("vqa", quick=False, seed=seed), build("camera", quick=False, seed=seed)]
     wls[0].items = wls[0].items[:200]
     if video:
         wls.append(build("video", quick=True, seed=seed))
     oracle = GroundTruthOracle(latency_s=latency_ms / 1000.0)
     exp = Experiment("demo", wls, backend_labels={"oracle": oracle.label})
+    _phase("demo: loading the models (all-MiniLM-L6-v2, mlc-easyvqa-tiny"
+           + (f", {DEFAULT_IMAGE_ENCODER} and the Lite2 classifier)" if video else ")"), progress)
     warm_models(image_encoders=[DEFAULT_IMAGE_ENCODER] if video else [])
     own = persist_directory is None
     directory = persist_directory or tempfile.mkdtemp(prefix="mlc-demo-")
     total = 2 * sum(len(w.items) for w in wls)
     bar = _bar(total, "demo", progress)
-    for wl in wls:
+    steps = 2 * len(wls)
+    for i, wl in enumerate(wls):
         key, backend = backend_for(wl, latency_ms)
         exp.backend_labels[key] = backend.label
         path = os.path.join(directory, wl.name)
@@ -295,7 +312,12 @@ def demo(
         else:
             cache = MultimodalSemanticCache(persist_directory=path, clip_model="mlc-easyvqa-tiny")
             label = "MultimodalSemanticCache (embedded Chroma, defaults, L2 on mlc-easyvqa-tiny)"
+        n, calls = len(wl.items), (f"the {latency_ms:g} ms oracle" if key == "oracle" else f"the {key}")
+        _phase(f"demo [{2 * i + 1}/{steps}]: {wl.name}, {n} requests without a cache (every one calls {calls})",
+               progress, bar, f"{wl.name} no cache")
         exp.results.append(run_workload(wl, None, backend, config="no cache", label="no cache", progress=bar))
+        _phase(f"demo [{2 * i + 2}/{steps}]: {wl.name}, {n} requests through MultimodalSemanticCache", progress, bar,
+               f"{wl.name} MLC")
         exp.results.append(run_workload(wl, cache, backend, config="MLC defaults", label=label, progress=bar))
     if bar is not None:
         bar.close()

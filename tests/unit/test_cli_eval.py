@@ -1,5 +1,5 @@
-"""The `mlc` CLI: a quick sweep writes a report whose numbers are present and sane;
-stats/clear work on a persisted cache."""
+"""The `mlc` CLI's evaluation side: a quick sweep writes a report whose numbers are
+present and sane. (stats/scopes/clear on a persisted cache: test_cli.py.)"""
 
 from __future__ import annotations
 
@@ -9,14 +9,12 @@ from typing import Any
 
 import pytest
 
-from mlc_integrations import MLCEngine
 from mlc_integrations.cli import build_parser, main
-from mlc_integrations.request import CacheRequest
 
 
 def test_parser_has_the_commands() -> None:
     p = build_parser()
-    for argv in (["demo"], ["sweep", "--workload", "vqa", "--quick"], ["bench", "--no-llm"], ["stats"], ["clear"],
+    for argv in (["demo"], ["sweep", "--workload", "vqa", "--quick"], ["bench", "--no-llm"], ["stats"], ["scopes"], ["clear"],
                  ["train-clip", "--steps", "1"], ["encoder-study"], ["quickstart"]):
         assert callable(p.parse_args(argv).func)
     with pytest.raises(SystemExit):
@@ -63,16 +61,3 @@ def test_quick_sweep_report_is_sane(tmp_path: Path, text_embedder: Any, capsys: 
     for plot in data["plots"]:
         assert (out / plot).stat().st_size > 1000
     assert "report:" in capsys.readouterr().out
-
-
-def test_stats_and_clear_on_a_persisted_cache(tmp_path: Path, text_embedder: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    d = str(tmp_path / "cache")
-    eng = MLCEngine(persist_directory=d, clip_model=None)
-    eng.update(CacheRequest(text="hello", scope="m"), {"a": 1})
-    eng.update(CacheRequest(text="bye", scope="m"), {"a": 2})
-    eng.close()
-    assert main(["stats", "--dir", d]) == 0
-    assert json.loads(capsys.readouterr().out)["entries"] == 2
-    assert main(["clear", "--dir", d]) == 0
-    assert "cleared 2 entries" in capsys.readouterr().out
-    assert MLCEngine(persist_directory=d, clip_model=None).count() == 0

@@ -246,14 +246,87 @@ def test_provider_switch_imports_the_provider_only_in_its_branch(monkeypatch) ->
     assert "STAND-IN" in common.describe_setup(None)
 
 
-def test_stand_in_reads_the_example_pictures_and_answers_with_ground_truth() -> None:
-    common = _common()
+def _standin() -> ModuleType:
+    _common()
+    import _standin as standin  # type: ignore[import-not-found]
+
+    return standin
+
+
+# Measured by the test below: the easy-vqa test pictures the stand-in misreads (all shape
+# errors, a shape cut by the border). The cookbook README quotes "4 of 668".
+MISREAD = {127: ("gray", "circle"), 428: ("gray", "circle"), 629: ("yellow", "circle"), 847: ("black", "rectangle")}
+
+
+def test_stand_in_misreads_a_few_pictures_and_picture_skips_exactly_those() -> None:
+    common, standin = _common(), _standin()
+    labels = common.easyvqa_labels()
+    read = {i: standin.read_picture(common.picture_by_id(i).image) for i in labels}
+    misread = {i: got for i, got in read.items() if got != labels[i]}
+    assert len(labels) == 668 and misread == MISREAD
+    # picture() counts only pictures the stand-in reads right: the gray triangle after #127 in
+    # id order takes its place, so the examples never show a stand-in mistake by accident.
+    gray_triangles = [i for i, label in labels.items() if label == ("gray", "triangle")]
+    k = gray_triangles.index(127)
+    assert common.picture("gray", "triangle", k - 1).image_id == gray_triangles[k - 1]
+    assert common.picture("gray", "triangle", k).image_id == gray_triangles[k + 1]
+    assert common.picture_by_id(127).shape == "triangle", "picture_by_id keeps the label, not the reading"
+
+
+def test_stand_in_decides_tool_calls_and_answers_from_what_it_reads() -> None:
+    common, standin = _common(), _standin()
     pic = common.picture("blue", "circle")
-    assert common.read_picture(pic.image) == ("blue", "circle")
-    msgs = [common.SimpleMessage("user", "What is the price of the shape in this picture?", [pic.image])]
-    assert common.standin_decide(msgs, ["catalog_price"]) == ("tool_call", ("catalog_price", {"color": "blue", "shape": "circle"}))
-    msgs.append(common.SimpleMessage("tool", "$3.40"))
-    assert common.standin_decide(msgs, ["catalog_price"]) == ("text", "The blue circle costs $3.40.")
+    msgs = [standin.SimpleMessage("user", "What is the price of the shape in this picture?", [pic.image])]
+    assert standin.standin_decide(msgs, ["catalog_price"]) == ("tool_call", ("catalog_price", {"color": "blue", "shape": "circle"}))
+    assert standin.standin_decide(msgs, []) == ("text", common.true_answer(msgs[0].text, "blue", "circle"))
+    msgs.append(standin.SimpleMessage("tool", "$3.40"))
+    assert standin.standin_decide(msgs, ["catalog_price"]) == ("text", "The blue circle costs $3.40.")
+    misread = common.picture_by_id(127)  # a gray triangle the stand-in reads as a circle
+    wrong = [standin.SimpleMessage("user", "What shape is in the image?", [misread.image])]
+    assert standin.standin_decide(wrong, []) == ("text", "circle") != ("text", misread.shape)
     assert common.true_answer("Is there not a red shape?", "blue", "circle") == "yes"
     assert common.true_answer("Answer again in one word, but in French.", "blue", "circle", previous="circle") == "cercle"
     assert os.environ.get("MLC_COOKBOOK_PROVIDER") is None
+
+
+def test_multiturn_on_a_misread_picture_reports_the_wrong_answers_and_the_cache_adds_none() -> None:
+    """Ground truth comes from easy-vqa's labels, not from the stand-in: on a picture it
+    misreads, the example counts wrong answers; every answer, cached or not, is the one
+    the stand-in gives for that very conversation (the cache reuses only same-picture,
+    same-context turns there)."""
+    standin = _standin()
+    summary = run_example("03_multiturn_picture", ["--picture-id", "127"])
+    steps = [s for s in summary["steps"] if s["user"] != "E"]  # E asks about another picture
+    history: dict[str, list[Any]] = {}
+    picture = _common().picture_by_id(127)
+    for s in steps:
+        convo = history.setdefault(s["user"], [])
+        convo.append(standin.SimpleMessage("user", s["question"], [picture.image] if s["turn"] == 1 else []))
+        assert s["answer"] == standin.standin_decide(convo, [])[1], s
+        convo.append(standin.SimpleMessage("assistant", s["answer"]))
+    wrong = [s for s in steps if s["answer"] != s["truth"]]
+    assert {s["question"] for s in wrong} == {"What shape is in the image?", "Answer again in one word, but in French."}
+    assert summary["wrong_answers"] == len(wrong) == sum(not s["correct"] for s in summary["steps"]) > 0
+    assert any(s["cache"] != "miss" for s in wrong), "reused answers are scored like fresh ones"
+    assert summary["refused_where_context_blind_reuse_is_wrong"] == 0, "no refusal saved a right answer here"
+
+
+def test_camera_with_misread_pictures_serves_only_model_answers_and_counts_every_wrong_one(tmp_path: Path) -> None:
+    """L2 reuses one frame's answer for the next frames of a scene: when the stand-in
+    misreads that frame the cache repeats the mistake, when it misreads a later frame the
+    cache hides it. The example must count both ways honestly against the labels."""
+    summary = run_example("04_camera_stream", ["--picture-ids", "127,629,6", "--frames-per-scene", "5",
+                                               "--latency-ms", "0", "--plot", str(tmp_path / "camera.png")])
+    frames = summary["frames_detail"]
+    truths = {0: "a gray triangle", 1: "a yellow triangle", 2: "a blue circle"}
+    assert all(f["truth"] == truths[f["scene"]] for f in frames)
+    answered = []
+    for f in frames:
+        if f["hit"] == "miss":
+            answered.append(f["answer"])
+        else:
+            assert f["answer"] in answered, "a hit replays an answer the model gave earlier in the stream"
+    wrong = sum(f["answer"] != f["truth"] for f in frames)
+    assert summary["wrong_with_cache"] == wrong > 0
+    assert summary["wrong_without_cache"] > 0, "without a cache the stand-in's misreads count too"
+    assert all(f["answer"] == "a blue circle" for f in frames if f["scene"] == 2), "a picture it reads right stays right"
