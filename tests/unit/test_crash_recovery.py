@@ -316,7 +316,8 @@ def test_check_every_write_keeps_every_vector_findable_as_it_is_written() -> Non
 def test_engine_entry_lost_to_its_index_is_a_hit_again_after_the_check(make_engine) -> None:
     """The same provocation through the engine: the entry whose L1 vector is unreachable
     misses a reworded lookup (its own vector) until the store's check pins it."""
-    eng = make_engine(clip_model=None, verifier=None, l1_threshold=0.9999)  # only its own vector is that close
+    eng = make_engine(clip_model=None, verifier=None, l1_threshold=0.9999,  # only its own vector is that close
+                      durable=True)  # one insert per update, in order: the geometry that provokes it
     x = _cluster()
     for i, v in enumerate(x):
         eng.update(CacheRequest(text=f"question {i}", text_embedding=v.tolist()), {"i": i})
