@@ -359,11 +359,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--encoders", default="efficientnet-lite0,efficientnet-lite1,efficientnet-lite2,mlc-easyvqa-tiny")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--latency-only", action="store_true", help="only time each encoder on 8 pictures, 1 and 2 threads")
     args = p.parse_args(argv)
+    import os
+
     import torch
 
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     torch.set_num_threads(args.threads)
+    if args.latency_only:
+        pictures = load_pictures()
+        sample = [pictures[n] for n in sorted(pictures)[::8][:8]]
+        print(f"median ms to embed one new picture (load average {os.getloadavg()[0]:.1f}):")
+        for name in (e for e in args.encoders.split(",") if e):
+            enc = resolve_image_encoder(name)
+            enc.load()
+            print(f"  {name}: " + ", ".join(f"{t} thread(s) {encoder_latency(enc, sample, t):.1f}" for t in (1, 2)))
+        return 0
     data = run([e for e in args.encoders.split(",") if e], seed=args.seed)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
