@@ -19,6 +19,7 @@ for rows the HNSW index cannot return and repairs them (:mod:`.index_repair` say
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from typing import Any, Callable, Optional, TypeVar
@@ -186,7 +187,9 @@ class ChromaStore:
             self._bound_timeout(client)
             return client
         if self.persist_directory:
-            return chromadb.PersistentClient(path=str(self.persist_directory), settings=_settings())
+            # Absolute: chromadb keys its embedded clients by the path string, so a relative one
+            # would reach another directory's client after a chdir.
+            return chromadb.PersistentClient(path=os.path.abspath(str(self.persist_directory)), settings=_settings())
         return chromadb.EphemeralClient(settings=_settings())
 
     def _preflight(self) -> None:
@@ -340,6 +343,12 @@ class ChromaStore:
                 except Exception as exc:
                     raise StorageError(f"cannot open collection {self.name(tier)!r}: {exc}") from exc
                 stored_dim = (col.metadata or {}).get("dim")
+                stored_model = (col.metadata or {}).get("model")
+                if model and stored_model and stored_model != model[-200:]:
+                    # Same size is not same space: EfficientNet-Lite0/1/2 all give 1280-d vectors.
+                    raise StorageError(
+                        f"collection {self.name(tier)!r} holds vectors of model {stored_model!r}; this engine's "
+                        f"model is {model[-200:]!r}. Use another collection_prefix or clear the cache.")
                 if dim is not None and stored_dim not in (None, dim):
                     raise StorageError(
                         f"collection {self.name(tier)!r} was built with {stored_dim}-d vectors "

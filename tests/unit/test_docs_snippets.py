@@ -111,18 +111,6 @@ def docs_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text_embedder:
     from langchain_core.globals import set_llm_cache
 
     monkeypatch.chdir(tmp_path)
-    # chromadb caches embedded clients by the path string it is given, and storage.py
-    # passes a relative persist_directory as is: after a chdir, "./.mlc_cache" would
-    # reach another test's client (see the xfail test below). Absolute paths here keep
-    # each document's cache in its own directory.
-    from mlc_integrations.storage import ChromaStore
-
-    init = ChromaStore.__init__
-
-    def absolute(self: ChromaStore, persist_directory: Optional[str] = None, *args: Any, **kwargs: Any) -> None:
-        init(self, os.path.abspath(persist_directory) if persist_directory else persist_directory, *args, **kwargs)
-
-    monkeypatch.setattr(ChromaStore, "__init__", absolute)
     _picture(tmp_path / "cat.png", (230, 140, 30))
     _picture(tmp_path / "car.png", (200, 20, 20))
     for name, module in fake_provider_modules().items():
@@ -195,10 +183,6 @@ def test_docs_name_only_files_that_exist() -> None:
     assert missing == []
 
 
-@pytest.mark.xfail(strict=True, reason="storage.py hands chromadb a relative persist_directory unresolved; chromadb "
-                   "keys its embedded clients by that string, so after a chdir the same relative path reaches the "
-                   "first directory's client. Fix: os.path.abspath in ChromaStore (then remove this xfail and the "
-                   "workaround in docs_session).")
 def test_a_relative_persist_directory_follows_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    text_embedder: Any) -> None:
     from mlc_integrations import CacheRequest, MLCEngine

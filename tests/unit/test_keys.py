@@ -58,3 +58,19 @@ def test_lru_bounds_by_count_and_weight() -> None:
     assert heavy.pop("y") == "bbbbb" and len(heavy) == 1
     with pytest.raises(ValueError):
         LRU(0)
+
+
+def test_a_collection_never_mixes_two_models_of_the_same_size() -> None:
+    """EfficientNet-Lite0, -1 and -2 all give 1280-d vectors: the size check alone would mix them."""
+    import chromadb
+    from chromadb.config import Settings
+
+    from mlc_integrations.errors import StorageError
+    from mlc_integrations.storage import ChromaStore
+
+    client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
+    ChromaStore(client=client, collection_prefix="mix").collection("l2_image", dim=4, model="efficientnet-lite0")
+    again = ChromaStore(client=client, collection_prefix="mix")
+    assert again.collection("l2_image", dim=4, model="efficientnet-lite0") is not None
+    with pytest.raises(StorageError, match="efficientnet-lite1"):
+        ChromaStore(client=client, collection_prefix="mix").collection("l2_image", dim=4, model="efficientnet-lite1")
