@@ -91,13 +91,13 @@ def test_concurrent_updates_of_one_request_leave_one_consistent_entry(chroma_ser
 def test_all_three_tiers_on_the_server(chroma_server: ChromaServer, prefix: str, make_engine: Any) -> None:
     """The same engine code, real models included, against the server instead of embedded Chroma."""
     a = make_engine(chroma_host=chroma_server.host, chroma_port=chroma_server.port, collection_prefix=prefix,
-                    l2_image_threshold=0.9, l2_prompt_threshold=0.8)
+                    l2_image_threshold=0.9, l2_prompt_threshold=0.8, durable=True)  # b reads what a acknowledged
     b = make_engine(chroma_host=chroma_server.host, chroma_port=chroma_server.port, collection_prefix=prefix,
                     l2_image_threshold=0.9, l2_prompt_threshold=0.8)
     assert a.stats()["config"]["storage"] == "server"
     img = pattern(11)
     a.update(CacheRequest(text="What color is the square?", images=[img], scope="m"), "blue")
-    assert b.lookup(CacheRequest(text="what  color is the SQUARE?", images=[img], scope="m")).tier == "L0.5"
+    assert b.lookup(CacheRequest(text=" What color is the square?\n", images=[img], scope="m")).tier == "L0.5"
     assert b.lookup(CacheRequest(text="What colour is the square?", images=[img], scope="m")).tier == "L1"
     near = img.resize((63, 63)).resize((64, 64))
     hit = b.lookup(CacheRequest(text="What color is the square?", images=[near], scope="m"))
