@@ -12,12 +12,13 @@ picture seen before costs no model call.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Hashable, Optional, Sequence
+from typing import Any, Callable, Hashable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -53,6 +54,34 @@ def _shared(key: Hashable, factory: Callable[[], Any]) -> Any:
             obj = factory()
             _registry[key] = obj
         return obj
+
+
+@contextlib.contextmanager
+def quiet_progress_bars() -> Iterator[None]:
+    """No "Loading weights" bar on a model's first use (transformers' and huggingface_hub's
+    own switches, restored afterwards: the application's settings are not ours to change)."""
+    undo: list[Callable[[], None]] = []
+    try:
+        from transformers.utils import logging as tf_logging
+
+        if tf_logging.is_progress_bar_enabled():
+            tf_logging.disable_progress_bar()
+            undo.append(tf_logging.enable_progress_bar)
+    except Exception:  # pragma: no cover - transformers missing or changed: bars are cosmetic
+        pass
+    try:
+        from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
+
+        if not are_progress_bars_disabled():
+            disable_progress_bars()
+            undo.append(enable_progress_bars)
+    except Exception:  # pragma: no cover
+        pass
+    try:
+        yield
+    finally:
+        for fn in undo:
+            fn()
 
 
 def _l2norm(x: np.ndarray) -> np.ndarray:
@@ -97,7 +126,8 @@ class TextEmbedder:
                     try:
                         from sentence_transformers import SentenceTransformer
 
-                        self._model = SentenceTransformer(self.name, device=self.device)
+                        with quiet_progress_bars():
+                            self._model = SentenceTransformer(self.name, device=self.device)
                     except Exception as exc:
                         raise ModelUnavailableError(
                             f"cannot load sentence-transformers model {self.name!r}: {exc}. "
@@ -118,7 +148,8 @@ class TextEmbedder:
         if todo:
             model = self._ensure()
             with self._infer_lock:
-                vecs = model.encode([texts[i] for i in todo], convert_to_numpy=True, normalize_embeddings=True)
+                vecs = model.encode([texts[i] for i in todo], convert_to_numpy=True, normalize_embeddings=True,
+                                    show_progress_bar=False)  # a cache is quiet: no bar per new text
             for i, v in zip(todo, np.asarray(vecs, dtype=np.float32)):
                 self._memo.put(texts[i], v)
                 out[i] = v
