@@ -10,7 +10,7 @@ with what an exhaustive query returns: straight from Chroma ("raw") and through 
 store ("served": pinned rows merged in).
 
     ./dev python benchmarks/crash_repro.py --cycles 300 --writer kill  --check never        # the bug's rate
-    ./dev python benchmarks/crash_repro.py --cycles 50 --writer kill --check never --clustered --prefill 3000
+    ./dev python benchmarks/crash_repro.py --builds 20 --cycles 3 --writer kill --check never --clustered --prefill 3000
     ./dev python benchmarks/crash_repro.py --cycles 300 --writer clean --check never        # not crash-specific
     ./dev python benchmarks/crash_repro.py --cycles 300 --writer kill  --check after_crash  # the fix
     ./dev python benchmarks/crash_repro.py --cycles 100 --writer clean --check after_crash --reopens 3  # its gap
@@ -121,6 +121,51 @@ def _check(path: str, check: str, out: Any) -> None:
         out.put({"error": f"{type(exc).__name__}: {exc}"})
 
 
+def _cycles(ctx: Any, args: argparse.Namespace, rng: random.Random, path: str, totals: dict[str, int],
+            build: int) -> None:
+    if args.prefill:
+        p = ctx.Process(target=_prefill, args=(path, args.prefill, args.clustered))
+        p.start()
+        p.join()
+    for cycle in range(args.cycles):
+        progress = ctx.Value("i", 0)
+        n_ops = -1 if args.writer == "kill" else rng.randint(1, 150)
+        w = ctx.Process(target=_writer, args=(path, args.check, args.seed * 100_000 + cycle,
+                                              1_000 * (cycle + 1), n_ops, args.clustered, progress))
+        w.start()
+        if args.writer == "kill":
+            early = cycle % 5 == 0  # as the CI test: every fifth kill lands in the first update
+            deadline = time.monotonic() + 60
+            while progress.value < (0 if early else 1) and time.monotonic() < deadline and w.is_alive():
+                time.sleep(0.005)
+            time.sleep(rng.uniform(0.0, 0.05) if early else rng.uniform(0.0, 0.6))
+            os.kill(w.pid, signal.SIGKILL)
+        w.join(120)
+        for _ in range(args.reopens):
+            q = ctx.Queue()
+            c = ctx.Process(target=_check, args=(path, args.check, q))
+            c.start()
+            res = q.get(timeout=300)
+            c.join(60)
+            if "error" in res:
+                raise SystemExit(f"build {build} cycle {cycle}: checker failed: {res['error']}")
+            totals["opens"] += 1
+            totals["checks"] += res["index"]["index_checks"] > 0
+            raw = sum(t["unreachable_raw"] for t in res["tiers"].values())
+            served = sum(t["unreachable_served"] for t in res["tiers"].values())
+            totals["opens_unreachable_raw"] += raw > 0
+            totals["rows_unreachable_raw"] += raw
+            totals["opens_unreachable_served"] += served > 0
+            totals["rows_unreachable_served"] += served
+            totals["max_rows"] = max([totals["max_rows"], *(t["rows"] for t in res["tiers"].values())])
+            for t in res["tiers"].values():
+                totals["readable"] += sum(d["readable"] for d in t["diagnosis"])
+                totals["own_query_finds"] += sum(bool(d.get("own_query_finds")) for d in t["diagnosis"])
+            if raw or served:
+                print(f"build {build} cycle {cycle}: {json.dumps(res)}", flush=True)
+        totals["cycles"] += 1
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cycles", type=int, default=100)
@@ -130,64 +175,30 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--clustered", action="store_true", help=f"vectors around {CENTRES} tight topics")
     ap.add_argument("--prefill", type=int, default=0, help="entries written in batches before the first cycle")
+    ap.add_argument("--builds", type=int, default=1, help="repeat everything on this many fresh stores")
     ap.add_argument("--json", help="write the totals here")
     args = ap.parse_args()
 
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["numpy", "chromadb", "mlc_integrations.engine", "mlc_integrations.storage"])
     rng = random.Random(args.seed)
-    tmp = tempfile.mkdtemp(prefix="crash-repro-")
-    path = os.path.join(tmp, "cache")
-    totals = {"cycles": 0, "opens": 0, "opens_unreachable_raw": 0, "rows_unreachable_raw": 0,
-              "opens_unreachable_served": 0, "rows_unreachable_served": 0, "readable": 0, "own_query_finds": 0,
-              "max_rows": 0, "checks": 0}
+    totals = {"builds": 0, "builds_unreachable_raw": 0, "builds_unreachable_served": 0, "cycles": 0, "opens": 0,
+              "opens_unreachable_raw": 0, "rows_unreachable_raw": 0, "opens_unreachable_served": 0,
+              "rows_unreachable_served": 0, "readable": 0, "own_query_finds": 0, "max_rows": 0, "checks": 0}
     t_start = time.time()
-    try:
-        if args.prefill:
-            p = ctx.Process(target=_prefill, args=(path, args.prefill, args.clustered))
-            p.start()
-            p.join()
-        for cycle in range(args.cycles):
-            progress = ctx.Value("i", 0)
-            n_ops = -1 if args.writer == "kill" else rng.randint(1, 150)
-            w = ctx.Process(target=_writer, args=(path, args.check, args.seed * 100_000 + cycle,
-                                                  1_000 * (cycle + 1), n_ops, args.clustered, progress))
-            w.start()
-            if args.writer == "kill":
-                early = cycle % 5 == 0  # as the CI test: every fifth kill lands in the first update
-                deadline = time.monotonic() + 60
-                while progress.value < (0 if early else 1) and time.monotonic() < deadline and w.is_alive():
-                    time.sleep(0.005)
-                time.sleep(rng.uniform(0.0, 0.05) if early else rng.uniform(0.0, 0.6))
-                os.kill(w.pid, signal.SIGKILL)
-            w.join(120)
-            for _ in range(args.reopens):
-                q = ctx.Queue()
-                c = ctx.Process(target=_check, args=(path, args.check, q))
-                c.start()
-                res = q.get(timeout=300)
-                c.join(60)
-                if "error" in res:
-                    raise SystemExit(f"cycle {cycle}: checker failed: {res['error']}")
-                totals["opens"] += 1
-                totals["checks"] += res["index"]["index_checks"] > 0
-                raw = sum(t["unreachable_raw"] for t in res["tiers"].values())
-                served = sum(t["unreachable_served"] for t in res["tiers"].values())
-                totals["opens_unreachable_raw"] += raw > 0
-                totals["rows_unreachable_raw"] += raw
-                totals["opens_unreachable_served"] += served > 0
-                totals["rows_unreachable_served"] += served
-                totals["max_rows"] = max([totals["max_rows"], *(t["rows"] for t in res["tiers"].values())])
-                for t in res["tiers"].values():
-                    totals["readable"] += sum(d["readable"] for d in t["diagnosis"])
-                    totals["own_query_finds"] += sum(bool(d.get("own_query_finds")) for d in t["diagnosis"])
-                if raw or served:
-                    print(f"cycle {cycle}: {json.dumps(res)}", flush=True)
-            totals["cycles"] += 1
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+    for build in range(args.builds):
+        tmp = tempfile.mkdtemp(prefix="crash-repro-")
+        try:
+            raw_before, served_before = totals["rows_unreachable_raw"], totals["rows_unreachable_served"]
+            _cycles(ctx, args, rng, os.path.join(tmp, "cache"), totals, build)
+            totals["builds"] += 1
+            totals["builds_unreachable_raw"] += totals["rows_unreachable_raw"] > raw_before
+            totals["builds_unreachable_served"] += totals["rows_unreachable_served"] > served_before
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     totals["seconds"] = round(time.time() - t_start, 1)
-    print(f"writer={args.writer} check={args.check} reopens/cycle={args.reopens} clustered={args.clustered}: "
+    print(f"writer={args.writer} check={args.check} reopens/cycle={args.reopens} clustered={args.clustered} "
+          f"prefill={args.prefill}: "
           f"{json.dumps(totals)}")
     if args.json:
         with open(args.json, "w") as f:

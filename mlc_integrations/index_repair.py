@@ -76,17 +76,19 @@ def unreachable_ids(col: Any) -> tuple[int, list[str]]:
 
     A query with ``n_results`` = row count makes HNSW's beam as wide as the collection,
     so the search visits every node linked from where it lands: what it leaves out has
-    no path to it. One query and one id listing, whatever the size.
+    no path to it. One count and one query; the ids are listed only when some are missing.
     """
-    ids = col.get(include=[])["ids"]
-    if not ids:
+    rows = int(col.count())
+    if not rows:
         return 0, []
     probe = _probe_vector(col)
     if probe is None:
-        return len(ids), []
-    found = col.query(query_embeddings=[probe], n_results=len(ids), include=[])["ids"][0]
+        return rows, []
+    found = col.query(query_embeddings=[probe], n_results=rows, include=[])["ids"][0]
+    if len(found) >= rows:
+        return rows, []
     seen = set(found)
-    return len(ids), [i for i in ids if i not in seen]
+    return rows, [i for i in col.get(include=[])["ids"] if i not in seen]
 
 
 def finds_own_vector(col: Any, row_id: str, embedding: Any) -> bool:
@@ -133,15 +135,16 @@ def _rows_of(got: Any) -> dict[str, Any]:
 
 def repair(col: Any, tier: str, pinned: frozenset[str] = frozenset()) -> IndexCheck:
     """Check one collection; re-insert each newly unreachable row once (an upsert of what
-    is stored: crash-safe, the row exists before and after) and report what stays
-    unreachable. Rows already ``pinned`` and still unreachable stay pinned, untouched."""
+    is stored: crash-safe, the row exists before and after), check again, and pin what an
+    exhaustive query still does not return. Rows already ``pinned`` are not re-inserted."""
     t0 = time.perf_counter()
     report = IndexCheck(tier)
     report.rows, report.unreachable = unreachable_ids(col)
-    report.pinned = [i for i in report.unreachable if i in pinned]
+    still = report.unreachable
     fresh = [i for i in report.unreachable if i not in pinned]
     if fresh:
-        rows, report.unreadable = _read_rows(col, fresh)
+        rows, _failed = _read_rows(col, fresh)
+        report.unreadable = [i for i in fresh if i not in rows]  # failed, or returned without a vector
         ids = [i for i in fresh if i in rows]
         for s in range(0, len(ids), _BATCH):
             part = ids[s:s + _BATCH]
@@ -150,8 +153,11 @@ def repair(col: Any, tier: str, pinned: frozenset[str] = frozenset()) -> IndexCh
             col.upsert(ids=part, embeddings=[rows[i][0] for i in part],
                        metadatas=metas if any(m for m in metas) else None,
                        documents=docs if any(d is not None for d in docs) else None)
-        for i in ids:
-            (report.reinserted if finds_own_vector(col, i, rows[i][0]) else report.pinned).append(i)
+        if ids:
+            _rows, still = unreachable_ids(col)  # the same test as the detection, not a narrower one
+        report.reinserted = [i for i in ids if i not in still]
+    # Only rows whose vector can be read are pinned: serving them reads it.
+    report.pinned = [i for i in still if i not in report.unreadable]
     report.seconds = round(time.perf_counter() - t0, 4)
     return report
 
@@ -159,7 +165,7 @@ def repair(col: Any, tier: str, pinned: frozenset[str] = frozenset()) -> IndexCh
 # ---------------------------------------------------------------------- serving pinned rows
 class PinnedIds:
     """The pinned ids of one collection: read lock-free as an immutable snapshot by
-    queries, changed under a lock by checks and write verification."""
+    queries, changed under a lock by checks."""
 
     def __init__(self) -> None:
         self._ids: frozenset[str] = frozenset()
@@ -171,15 +177,6 @@ class PinnedIds:
     def replace(self, ids: Any) -> None:
         with self._lock:
             self._ids = frozenset(ids)
-
-    def add(self, row_id: str) -> None:
-        with self._lock:
-            self._ids = self._ids | {row_id}
-
-    def discard(self, row_id: str) -> None:
-        if row_id in self._ids:
-            with self._lock:
-                self._ids = self._ids - {row_id}
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -254,6 +251,8 @@ class PinnedCollection:
         embs = np.asarray(side["embeddings"], dtype=np.float64)
         fields = [f for f in ("distances", "metadatas", "documents", "embeddings", "uris")
                   if f in fields_in and out.get(f) is not None]
+        none = [None] * len(side["ids"])
+        side_metas, side_docs = side.get("metadatas") or none, side.get("documents") or none
         for qi, q in enumerate(queries):
             dist = _distances(space, np.asarray(q, dtype=np.float64), embs)
             got = out["ids"][qi]
@@ -263,8 +262,7 @@ class PinnedCollection:
             for k, i in enumerate(side["ids"]):
                 if i not in have:
                     vals = {"distances": float(dist[k]), "embeddings": side["embeddings"][k], "uris": None,
-                            "metadatas": (side.get("metadatas") or [None] * (k + 1))[k],
-                            "documents": (side.get("documents") or [None] * (k + 1))[k]}
+                            "metadatas": side_metas[k], "documents": side_docs[k]}
                     rows.append((float(dist[k]), i, {f: vals[f] for f in fields}))
             rows.sort(key=lambda r: r[0])
             rows = rows[:n_results]
