@@ -1,0 +1,617 @@
+"""What kind of edit separates two requests?
+
+A cached answer can be reused for a reworded request ("What does this image show?"
+for "What is shown in this picture?") but not for one whose answer differs
+("... person on the *left*" for "... on the *right*"; "from A to B" for "from B to A";
+'Is "Apple" capitalized?' for 'Is "apple" ...'). Embedding cosines score both kinds
+alike. :func:`analyse` aligns the two requests token by token and names the edit:
+
+* surface only: case, whitespace, punctuation, Unicode compatibility forms;
+* inside quoted text, code, regexes or indented structured data: any change, even of
+  case or spacing, is kept apart (it changes the answer);
+* reordering: a block moved (harmless) vs two arguments swapped around a directional
+  connector ("from A to B", "A bigger than B": answer-changing) or a symmetric one
+  ("A and B");
+* substituted content words, classified by the WordNet lexicon
+  (:mod:`mlc_integrations.lexicon`): synonym, hypernym, antonym, co-hyponym, another
+  named entity, unrelated, unknown;
+* inserted or deleted content (a constraint), by what WordNet says the words are:
+  time, place, person (audience), format (communication, quantity), modifier;
+* closed-class words: negation, numbers, quantifiers, modality, question words,
+  prepositions, pronouns, tense, degree; request frames ("could you", "please").
+
+The result has a fixed-length numeric vector (:data:`EDIT_FEATURE_NAMES`) for the
+verifier's model and a readable ``kind`` for explanations. Pure and deterministic.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .lexicon import Lexicon
+
+# ---------------------------------------------------------------------------- word classes
+# Closed classes of English grammar (not content words: WordNet does not cover them).
+NEGATION = frozenset("not no never none nobody nothing neither nor nowhere without cannot".split())
+QUANTIFIERS = frozenset("all some any every each both either most many much few several enough whole "
+                        "everything everyone everybody something someone anything anyone".split())
+DEGREE = frozenset("more most less least fewer".split())
+MODALS = frozenset("can could may might must shall should will would ought".split())
+WH = {"what": "what", "which": "what", "who": "who", "whom": "who", "whose": "whose", "why": "why",
+      "how": "how", "when": "when", "where": "where", "whether": "whether"}
+PREPOSITIONS = frozenset(
+    "about above across after against along among around at before behind below beneath beside between "
+    "beyond by down during except for from in inside into near of off on onto out outside over past since "
+    "through throughout till to toward towards under underneath until up upon via with within".split())
+PRONOUNS = frozenset("i me my mine myself you your yours yourself yourselves he him his himself she her hers "
+                     "herself it its itself we us our ours ourselves they them their theirs themselves".split())
+PAST_AUX = frozenset("was were did had".split())
+PRESENT_AUX = frozenset("is are am do does has have".split())
+OTHER_FUNCTION = frozenset(
+    "a an the this that these those be been being done having there here as than so if then also just "
+    "very really quite rather too such own other another only even still please kindly thanks thank hi "
+    "hello hey actually basically simply get got getting 's".split())
+COORDINATORS = frozenset("and or nor vs versus plus & , / ;".split())  # "A and B" = "B and A"
+_REQUEST_VERBS = frozenset("tell show give let help explain".split())  # "tell me", "let me know"
+FUNCTION_WORDS = (NEGATION | QUANTIFIERS | DEGREE | MODALS | frozenset(WH) | PREPOSITIONS | PRONOUNS
+                  | PAST_AUX | PRESENT_AUX | OTHER_FUNCTION | COORDINATORS)
+NUMBER_WORDS = {w: float(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
+                     "ninety": 90, "hundred": 100, "thousand": 1e3, "million": 1e6, "billion": 1e9,
+                     "dozen": 12, "half": 0.5, "twice": 2, "first": 1, "second": 2, "third": 3, "fourth": 4,
+                     "fifth": 5, "tenth": 10})
+_AMBIGUOUS_NUMBERS = frozenset({"one", "second", "half"})
+_MAX_DISCORDANT = 64  # enough to tell a swap from a moved block; bounds long texts
+_CONTRACTIONS = {"n't": "not", "'re": "are", "'ve": "have", "'ll": "will", "'m": "am", "'d": "would"}
+_NT_BASE = {"ca": "can", "wo": "will", "sha": "shall", "ai": "is"}
+# 's is "is" after these (what's, it's, there's), a possessive elsewhere (cat's)
+_S_IS = frozenset("it he she that there here what who where how when why which this".split())
+
+# British/American and other spelling variants: orthographic rules, both ways.
+_SPELLING = ((r"our(?=(s|ed|ing|ite|ites|able|ful|less)?\b)", "or"), (r"(?<=[^aeiou])re\b", "er"), (r"is(e|ed|es|ing|ation)\b", r"iz\1"),
+             (r"ys(e|ed|es|ing)\b", r"yz\1"), (r"ogue\b", "og"), (r"ll(ed|ing|er)\b", r"l\1"), (r"ae", "e"),
+             (r"oe", "e"))
+
+_QUOTED = re.compile(r"```.*?```|`[^`\n]+`|\"[^\"\n]+\"|\u201c[^\u201d\n]+\u201d|\u2018[^\u2019\n]+\u2019"
+                     r"|(?<![\w'])'[^'\n]+'(?![\w])", re.S)
+_CODE_RUN = re.compile(r"\S*(?:[\[\]{}<>=*^$|\\#@~_]|\w\(|::|->|[a-z][A-Z]|\w\.\w)\S*")
+_WORD = re.compile(r"\d+(?:[.,:]\d+)*(?:st|nd|rd|th|s)?|[^\W\d_]+(?:['\u2019\-][^\W\d_]+)*|[^\w\s]")
+
+
+@dataclass
+class Token:
+    raw: str  # as written (case kept)
+    low: str  # lower case, contraction expanded
+    start: int  # character offset in the text (sentence-initial test)
+    protected: bool  # inside quotes, code or structured data
+    initial: bool  # first word of a sentence
+
+
+def spelling_key(w: str) -> str:
+    """A key equal for spelling variants of one word (colour/color, organise/organize)."""
+    for pat, rep in _SPELLING:
+        w = re.sub(pat, rep, w)
+    return w
+
+
+def _protected_spans(text: str) -> list[tuple[int, int]]:
+    spans = [m.span() for m in _QUOTED.finditer(text)]
+    for m in _CODE_RUN.finditer(text):
+        if not any(s <= m.start() < e for s, e in spans):
+            end = m.end()
+            while end > m.start() + 1 and text[end - 1] in ".,?!":
+                end -= 1  # sentence punctuation after the code is not code
+            spans.append((m.start(), end))
+    return sorted(spans)
+
+
+def _structured(text: str) -> bool:
+    """Several lines, some indented: YAML, code, tables (spacing is content there)."""
+    lines = text.split("\n")
+    return len(lines) > 1 and any(ln[:1] in (" ", "\t") for ln in lines[1:] if ln.strip())
+
+
+def tokenize(text: str) -> list[Token]:
+    """Words, numbers and punctuation of ``text`` (NFC), contractions expanded."""
+    text = unicodedata.normalize("NFC", text)
+    spans = _protected_spans(text)
+    structured = _structured(text)
+    out: list[Token] = []
+    prev_end_punct = True
+    for m in _WORD.finditer(text):
+        raw = m.group(0)
+        prot = structured or any(s <= m.start() < e for s, e in spans)
+        low = raw.casefold().replace("\u2019", "'")
+        initial = prev_end_punct and raw[0].isalnum()
+        if raw[0].isalnum():
+            prev_end_punct = False
+        elif raw in ".?!:\n":
+            prev_end_punct = True
+        parts: list[str] = [low]
+        for suf, full in _CONTRACTIONS.items():
+            if low.endswith(suf) and len(low) > len(suf):
+                base = low[: -len(suf)]
+                parts = [_NT_BASE.get(base, base), full] if suf == "n't" else [base, full]
+                break
+        else:
+            if low.endswith("'s") and len(low) > 2:
+                parts = [low[:-2], "is"] if low[:-2] in _S_IS else [low[:-2]]
+        for k, p in enumerate(parts):
+            out.append(Token(raw if len(parts) == 1 else p, p, m.start(), prot, initial and k == 0))
+    return out
+
+
+def _number(low: str) -> Optional[float]:
+    if low[0].isdigit():
+        t = re.sub(r"(st|nd|rd|th|s)$", "", low)
+        t = t.replace(",", "") if re.fullmatch(r"\d{1,3}(,\d{3})+", t) else t.replace(",", ".")
+        try:
+            return float(t)
+        except ValueError:
+            return None
+    return NUMBER_WORDS.get(low)
+
+
+def _wordlike(t: Token) -> bool:
+    return t.low[0].isalnum()
+
+
+# ---------------------------------------------------------------------------- features
+EDIT_FEATURE_NAMES: tuple[str, ...] = (
+    "edit_identical",
+    "edit_surface_only",  # only case / spacing / punctuation / Unicode forms differ, outside quotes and code
+    "edit_case_changes",  # words differing only in case (outside quotes and code)
+    "edit_space_changed",  # spacing differs (outside quotes, code, structured data)
+    "edit_punct_changes",
+    "edit_compat_only",  # equal under NFKC only (full-width letters, ligatures)
+    "edit_protected_changed",  # quoted / code / regex spans that differ
+    "edit_protected_case_space",  # ... of which only in case or spacing
+    "edit_structure_changed",  # indentation / line structure of structured text differs
+    "edit_moved",  # content words out of order as a moved block ("In this picture, what ...")
+    "edit_swap_directional",  # arguments swapped around "to", "from", "than", "of": answer-changing
+    "edit_swap_symmetric",  # swapped around "and", "or", "vs"
+    "edit_sub_synonym",
+    "edit_sub_weak_synonym",  # synonyms only through rare senses ("big"/"bad")
+    "edit_sub_hypernym",
+    "edit_sub_antonym",
+    "edit_sub_cohyponym",
+    "edit_sub_entity",
+    "edit_sub_unrelated",
+    "edit_sub_unknown",  # a substituted word WordNet does not know
+    "edit_inflection",  # same lemma, another form (plural, tense)
+    "edit_degree",  # big / bigger / biggest, more / most / less
+    "edit_ins_content",  # content words inserted or deleted (both sides)
+    "edit_ins_time", "edit_ins_place", "edit_ins_person", "edit_ins_format", "edit_ins_modifier",
+    "edit_ins_entity", "edit_ins_unknown",
+    "edit_number_changed",
+    "edit_number_added",
+    "edit_negation",  # the parity of negations differs
+    "edit_quantifier",
+    "edit_modal",  # can / should / must ... (not in a request frame)
+    "edit_request_form",  # "could you", "please", "tell me": the frame of the request, not its content
+    "edit_wh",
+    "edit_preposition",  # a preposition replaced ("on" / "under")
+    "edit_preposition_added",
+    "edit_pronoun",
+    "edit_tense",
+    "edit_changed_fraction",  # words not matched as equal / all words
+)
+_F = {n: i for i, n in enumerate(EDIT_FEATURE_NAMES)}
+
+
+@dataclass
+class EditAnalysis:
+    """The edit between two requests: ``kind`` (short label, most answer-changing
+    edit first), ``detail`` (the words involved) and the feature vector."""
+
+    kind: str
+    detail: str
+    features: np.ndarray
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(zip(EDIT_FEATURE_NAMES, (float(v) for v in self.features)))
+
+    def explain(self) -> str:
+        return f"{self.kind}: {self.detail}" if self.detail else self.kind
+
+
+def _surface(a: str, b: str) -> Optional[str]:
+    if a == b:
+        return "identical"
+    na, nb = unicodedata.normalize("NFC", a), unicodedata.normalize("NFC", b)
+    if na == nb:
+        return "unicode-only"
+    squash = lambda s: " ".join(s.split())  # noqa: E731
+    if squash(na) == squash(nb):
+        return "whitespace-only"
+    if squash(na).casefold() == squash(nb).casefold():
+        return "case-only"
+    strip = lambda s: re.sub(r"[^\w\s]", " ", s)  # noqa: E731
+    if squash(strip(na)).casefold() == squash(strip(nb)).casefold():
+        return "punctuation-only"
+    if unicodedata.normalize("NFKC", na) == unicodedata.normalize("NFKC", nb):
+        return "unicode-only"
+    return None
+
+
+def _spacing(text: str) -> Counter[str]:
+    """Spacing beyond single spaces between words: doubled spaces, tabs, line breaks,
+    leading or trailing space."""
+    c = Counter(re.findall(r"\s{2,}|[^\S ]", text.strip()))
+    c["<pad>"] = int(text[:1].isspace()) + int(text[-1:].isspace())
+    return c
+
+
+def _protected_diff(a: str, b: str) -> tuple[int, int]:
+    """(spans that differ, of which only in case or spacing) between the quoted/code
+    spans of the two texts."""
+    def spans(t: str) -> list[str]:
+        t = unicodedata.normalize("NFC", t)
+        return [t[s:e].strip("`'\"\u201c\u201d\u2018\u2019") for s, e in _protected_spans(t)]
+
+    sa, sb = spans(a), spans(b)
+    if _structured(a) or _structured(b):
+        sa, sb = sa + [a], sb + [b]
+    if sa == sb:
+        return 0, 0
+    changed = soft = 0
+    if len(sa) == len(sb):
+        for x, y in zip(sa, sb):
+            if x != y:
+                changed += 1
+                soft += int("".join(x.split()).casefold() == "".join(y.split()).casefold())
+        return changed, soft
+    ca, cb = Counter(sa), Counter(sb)
+    return sum(((ca - cb) + (cb - ca)).values()), 0
+
+
+class EditAnalyser:
+    """Aligns two requests and classifies the edit (see the module docstring)."""
+
+    def __init__(self, lexicon: Optional[Lexicon] = None) -> None:
+        self._lexicon = lexicon
+
+    @property
+    def lexicon(self) -> Lexicon:
+        if self._lexicon is None:
+            self._lexicon = Lexicon.default()
+        return self._lexicon
+
+    def analyse(self, a: str, b: str) -> EditAnalysis:
+        """The edit turning request ``a`` (e.g. the stored one) into ``b`` (the new one)."""
+        f = np.zeros(len(EDIT_FEATURE_NAMES))
+        surface = _surface(a, b)
+        prot, prot_soft = _protected_diff(a, b)
+        f[_F["edit_protected_changed"]], f[_F["edit_protected_case_space"]] = prot, prot_soft
+        if _structured(a) or _structured(b):
+            la = [ln.rstrip() for ln in a.strip("\n").split("\n")]
+            lb = [ln.rstrip() for ln in b.strip("\n").split("\n")]
+            f[_F["edit_structure_changed"]] = float(la != lb and [x.strip() for x in la] == [y.strip() for y in lb])
+        if surface == "identical":
+            f[_F["edit_identical"]] = 1.0
+            return EditAnalysis("identical", "", f)
+        ta, tb = tokenize(a), tokenize(b)
+        wa, wb = [t for t in ta if _wordlike(t)], [t for t in tb if _wordlike(t)]
+        pa, pb = [t.low for t in ta if not _wordlike(t)], [t.low for t in tb if not _wordlike(t)]
+        f[_F["edit_punct_changes"]] = sum(((Counter(pa) - Counter(pb)) + (Counter(pb) - Counter(pa))).values())
+        f[_F["edit_space_changed"]] = float(_spacing(a) != _spacing(b))
+        if surface is not None and not prot:
+            f[_F["edit_surface_only"]] = 1.0
+            f[_F["edit_compat_only"]] = float(surface == "unicode-only")
+            f[_F["edit_case_changes"]] = sum(x.raw != y.raw for x, y in zip(wa, wb))
+            return EditAnalysis(surface, "", f)
+        return _Alignment(self.lexicon, wa, wb, f, prot, prot_soft).run()
+
+
+class _Alignment:
+    """One pair's alignment state (built and discarded per call)."""
+
+    def __init__(self, lex: Lexicon, wa: list[Token], wb: list[Token], f: np.ndarray, prot: float,
+                 prot_soft: float) -> None:
+        self.lex, self.wa, self.wb, self.f = lex, wa, wb, f
+        self.prot, self.prot_soft = prot, prot_soft
+        self.events: list[tuple[int, str, str]] = []  # (rank, kind, detail): lowest rank is reported
+
+    def add(self, rank: int, kind: str, detail: str = "") -> None:
+        self.events.append((rank, kind, detail))
+
+    def run(self) -> EditAnalysis:
+        wa, wb, f = self.wa, self.wb, self.f
+        sm = difflib.SequenceMatcher(None, [t.low for t in wa], [t.low for t in wb], autojunk=False)
+        match: dict[int, int] = {}
+        ua: list[int] = []
+        ub: list[int] = []
+        for op, i1, i2, j1, j2 in sm.get_opcodes():
+            if op == "equal":
+                match.update({i1 + k: j1 + k for k in range(i2 - i1)})
+            else:
+                ua.extend(range(i1, i2))
+                ub.extend(range(j1, j2))
+        f[_F["edit_case_changes"]] = sum(wa[i].raw != wb[j].raw and not (wa[i].initial or wb[j].initial)
+                                         and not wa[i].protected for i, j in match.items())
+        f[_F["edit_changed_fraction"]] = (len(ua) + len(ub)) / max(len(wa) + len(wb), 1)
+        self._numbers()
+        frame_a = {i for i in ua if self._request_frame(wa, i)}
+        frame_b = {j for j in ub if self._request_frame(wb, j)}
+        self._function_words(ua, ub, frame_a, frame_b)
+        ca = [i for i in ua if self._content(wa[i]) and i not in frame_a]
+        cb = [j for j in ub if self._content(wb[j]) and j not in frame_b]
+        self._moves(ca, cb, match)  # same word elsewhere: a reordering, not an edit of content
+        self._substitutions(ca, cb, match)
+        self._order(match)
+        if self.prot:
+            self.add(1, "quoted/code change", "case or spacing only" if self.prot_soft == self.prot else "")
+        if f[_F["edit_structure_changed"]]:
+            self.add(0, "structure change", "indentation")
+        if not self.events:
+            if f[_F["edit_changed_fraction"]]:
+                self.add(90, "rewording")
+            else:  # the same words once contractions are expanded: "what's" / "what is"
+                f[_F["edit_surface_only"]] = 1.0
+                self.add(95, "case-only" if f[_F["edit_case_changes"]] else
+                         "punctuation-only" if f[_F["edit_punct_changes"]] else "contraction or spelling")
+        self.events.sort(key=lambda e: e[0])
+        rank, kind, detail = self.events[0]
+        return EditAnalysis(kind, detail, f, [f"{k}: {d}" if d else k for _, k, d in self.events[1:]])
+
+    # ------------------------------------------------------------- pieces
+    @staticmethod
+    def _content(t: Token) -> bool:
+        return t.low not in FUNCTION_WORDS and _number(t.low) is None and t.low[0].isalpha()
+
+    def _numbers(self) -> None:
+        def values(w: list[Token], strict: bool) -> Counter[float]:
+            return Counter(v for t in w if (v := _number(t.low)) is not None
+                           and not (strict and t.low in _AMBIGUOUS_NUMBERS))
+
+        # "one"/"second"/"half" are numbers only when the other side has a number too
+        # ("which one" is not a count).
+        na, nb = values(self.wa, True), values(self.wb, True)
+        if na or nb:
+            na, nb = values(self.wa, False), values(self.wb, False)
+        only_a, only_b = sum((na - nb).values()), sum((nb - na).values())
+        self.f[_F["edit_number_changed"]] = min(only_a, only_b)
+        self.f[_F["edit_number_added"]] = abs(only_a - only_b)
+        if only_a or only_b:
+            da = ",".join(f"{v:g}" for v in sorted((na - nb).elements()))
+            db = ",".join(f"{v:g}" for v in sorted((nb - na).elements()))
+            self.add(10, "number change", f"{da or '-'} -> {db or '-'}")
+
+    def _request_frame(self, w: list[Token], i: int) -> bool:
+        """Is word i part of the request's frame ("could you", "tell me", "please")?"""
+        low = w[i].low
+        nxt = w[i + 1].low if i + 1 < len(w) else ""
+        prev = w[i - 1].low if i else ""
+        return ((low in MODALS and nxt == "you") or (low == "you" and prev in MODALS | {"do"})
+                or (low == "me" and prev in _REQUEST_VERBS) or (low in _REQUEST_VERBS and nxt == "me")
+                or low in ("please", "kindly") or (low == "know" and prev in ("me", "to", "you")))
+
+    def _function_words(self, ua: list[int], ub: list[int], frame_a: set[int], frame_b: set[int]) -> None:
+        f, wa, wb = self.f, self.wa, self.wb
+        neg_a = sum(t.low in NEGATION for t in wa)
+        neg_b = sum(t.low in NEGATION for t in wb)
+        if neg_a % 2 != neg_b % 2:
+            f[_F["edit_negation"]] = 1.0
+            self.add(5, "negation", "")
+        if frame_a or frame_b:
+            f[_F["edit_request_form"]] = len(frame_a) + len(frame_b)
+            self.add(80, "request form", f"{' '.join(wa[i].low for i in sorted(frame_a)) or '-'} -> "
+                                         f"{' '.join(wb[j].low for j in sorted(frame_b)) or '-'}")
+
+        framed = bool(frame_a or frame_b)
+
+        def diff(cls: frozenset[str] | dict[str, str], feature: str, rank: int, label: str,
+                 added: str = "count") -> None:
+            """Words of one closed class on one side only. ``added``: what a word with no
+            counterpart counts as: "count" (a change), a feature name, or "ignore"."""
+            key = (lambda w: cls[w]) if isinstance(cls, dict) else (lambda w: w)  # noqa: E731
+            xa = Counter(key(wa[i].low) for i in ua if wa[i].low in cls and i not in frame_a)
+            xb = Counter(key(wb[j].low) for j in ub if wb[j].low in cls and j not in frame_b)
+            oa, ob = xa - xb, xb - xa
+            sub, add = min(sum(oa.values()), sum(ob.values())), abs(sum(oa.values()) - sum(ob.values()))
+            if added == "count":
+                sub, add = sub + add, 0
+            elif added != "ignore":
+                f[_F[added]] += add
+            f[_F[feature]] += sub
+            if sub:
+                self.add(rank, label, f"{' '.join(sorted(oa)) or '-'} -> {' '.join(sorted(ob)) or '-'}")
+
+        diff(QUANTIFIERS, "edit_quantifier", 30, "quantifier change")
+        diff(DEGREE, "edit_degree", 26, "degree change")
+        diff(MODALS, "edit_modal", 32, "modality change")
+        # "Tell me the capital" / "What is the capital": a question word added by a request frame
+        diff(WH, "edit_wh", 34, "question-word change", "ignore" if framed else "count")
+        diff(PREPOSITIONS, "edit_preposition", 36, "preposition change", "edit_preposition_added")
+        diff(PRONOUNS, "edit_pronoun", 40, "pronoun change")
+        tense = lambda w, idx: {("past" if w[i].low in PAST_AUX else "present") for i in idx  # noqa: E731
+                                if w[i].low in PAST_AUX | PRESENT_AUX}
+        ta, tb = tense(wa, range(len(wa))), tense(wb, range(len(wb)))
+        if ta and tb and ta != tb:
+            f[_F["edit_tense"]] = 1.0
+            self.add(38, "tense change", f"{'/'.join(sorted(ta))} -> {'/'.join(sorted(tb))}")
+
+    def _moves(self, ca: list[int], cb: list[int], match: dict[int, int]) -> None:
+        """Unmatched content words that occur unmatched on the other side too (same
+        word or same lemma) were moved or reinflected: match them."""
+        for i in list(ca):
+            ti = self.wa[i]
+            for j in cb:
+                tj = self.wb[j]
+                if ti.low == tj.low or self.lex.relation(ti.low, tj.low) == "same" \
+                        or spelling_key(ti.low) == spelling_key(tj.low):
+                    match[i] = j
+                    ca.remove(i)
+                    cb.remove(j)
+                    if ti.low != tj.low and spelling_key(ti.low) == spelling_key(tj.low):
+                        self.f[_F["edit_sub_synonym"]] += 1
+                        self.add(88, "spelling variant", f"{ti.low} -> {tj.low}")
+                    elif ti.low != tj.low:
+                        degree = self._degree(ti.low) != self._degree(tj.low)
+                        self.f[_F["edit_degree" if degree else "edit_inflection"]] += 1
+                        self.add(26 if degree else 85, "degree change" if degree else "inflection",
+                                 f"{ti.low} -> {tj.low}")
+                    break
+
+    def _degree(self, word: str) -> str:
+        """"comparative" / "superlative" for an inflected adjective ("bigger",
+        "best"), "" otherwise."""
+        if not any(pos == "a" and lem != word for pos, lem in self.lex.lemmatize(word)):
+            return ""
+        return "superlative" if word.endswith("st") else "comparative"
+
+    def _merge_phrases(self, idx: list[int], w: list[Token]) -> list[tuple[str, list[int], Token]]:
+        """Adjacent unmatched words WordNet knows as one lemma ("New York") become one unit."""
+        units: list[tuple[str, list[int], Token]] = []
+        k = 0
+        while k < len(idx):
+            for n in (3, 2):
+                run = idx[k:k + n]
+                if len(run) == n and run[-1] - run[0] == n - 1:
+                    phrase = "_".join(w[i].low for i in run)
+                    if self.lex.known(phrase) and not self.lex.known(w[run[0]].low + w[run[1]].low):
+                        units.append((phrase, run, w[run[0]]))
+                        k += n
+                        break
+            else:
+                units.append((w[idx[k]].low, [idx[k]], w[idx[k]]))
+                k += 1
+        return units
+
+    def _entity(self, word: str, t: Token) -> bool:
+        """A name: WordNet says so (Paris), or it is capitalized mid-sentence and WordNet
+        does not write it with a capital itself ("Fedora" is a name, "Monday" is not)."""
+        if self.lex.is_proper(word):
+            return True
+        capitalized = (t.raw[:1].isupper() and not t.initial) or (t.raw.isupper() and len(t.raw) > 1)
+        return capitalized and not self.lex.capitalized(word)
+
+    def _substitutions(self, ca: list[int], cb: list[int], match: dict[int, int]) -> None:
+        f, lex = self.f, self.lex
+        ua, ub = self._merge_phrases(ca, self.wa), self._merge_phrases(cb, self.wb)
+        order = {"same": 0, "synonym": 1, "similar": 1, "hypernym": 2, "hyponym": 2, "antonym": 3,
+                 "cohyponym": 4, "unrelated": 5, "unknown": 6}
+        cands = []
+        for x, (wx, ix, tx) in enumerate(ua):
+            for y, (wy, iy, ty) in enumerate(ub):
+                rel = lex.relation_detail(wx, wy)
+                if spelling_key(wx) == spelling_key(wy):
+                    rel = type(rel)("synonym", 0)
+                # prefer related words, then words at the same place in the sentence
+                pos_gap = abs(ix[0] / max(len(self.wa), 1) - iy[0] / max(len(self.wb), 1))
+                cands.append((order[rel.kind], pos_gap, x, y, rel))
+        used_a: set[int] = set()
+        used_b: set[int] = set()
+        for _, _, x, y, rel in sorted(cands, key=lambda c: (c[0], c[1])):
+            if x in used_a or y in used_b:
+                continue
+            used_a.add(x)
+            used_b.add(y)
+            (wx, ix, tx), (wy, iy, ty) = ua[x], ub[y]
+            detail = f"{wx.replace('_', ' ')} -> {wy.replace('_', ' ')}"
+            kind = rel.kind
+            if self._entity(wx, tx) and self._entity(wy, ty) and kind not in ("same", "synonym"):
+                f[_F["edit_sub_entity"]] += 1
+                self.add(14, "different entity", detail)
+            elif kind in ("synonym", "similar", "same"):
+                strong = rel.cost <= 2 or kind == "same"
+                f[_F["edit_sub_synonym" if strong else "edit_sub_weak_synonym"]] += 1
+                self.add(82 if strong else 60, "synonym" if strong else "rare-sense synonym", detail)
+            elif kind in ("hypernym", "hyponym"):
+                f[_F["edit_sub_hypernym"]] += 1
+                self.add(70, kind, detail)
+            elif kind == "antonym":
+                f[_F["edit_sub_antonym"]] += 1
+                self.add(12, "antonym", detail)
+            elif kind == "cohyponym":
+                f[_F["edit_sub_cohyponym"]] += 1
+                self.add(16, "co-hyponym", detail)
+            else:
+                f[_F["edit_sub_unknown" if kind == "unknown" else "edit_sub_unrelated"]] += 1
+                self.add(50 if kind == "unknown" else 55, f"{kind} word change", detail)
+            for i, j in zip(ix, iy):
+                match.setdefault(i, j)  # aligned for the order analysis
+        for side, units, used in (("removed", ua, used_a), ("added", ub, used_b)):
+            for k, (word, _idx, tok) in enumerate(units):
+                if k not in used:
+                    self._inserted(word, tok, side)
+
+    def _inserted(self, word: str, tok: Token, side: str) -> None:
+        f = self.f
+        f[_F["edit_ins_content"]] += 1
+        cats = self.lex.categories(word, 0)
+        if self._entity(word, tok):
+            cat = "entity"
+        elif not cats:
+            cat = "unknown"
+        elif "noun.time" in cats:
+            cat = "time"
+        elif "noun.location" in cats:
+            cat = "place"
+        elif "noun.person" in cats:
+            cat = "person"
+        elif cats & {"noun.communication", "noun.quantity"}:
+            cat = "format"
+        elif cats & {"adj.all", "adj.pert", "adj.ppl", "adv.all"} and not any(c.startswith("noun.") for c in cats):
+            cat = "modifier"
+        else:
+            cat = ""
+        if cat:
+            f[_F[f"edit_ins_{cat}"]] += 1
+        label = {"person": "audience", "": "content"}.get(cat, cat)
+        self.add(20, f"{side} {label}", word.replace("_", " "))
+
+    def _order(self, match: dict[int, int]) -> None:
+        """Pairs of content words whose order flipped: a swap when the words between
+        them are the same on both sides, else a moved block."""
+        wa, wb, f = self.wa, self.wb, self.f
+        pairs = sorted((i, j) for i, j in match.items() if self._content(wa[i]))
+        fn = lambda w, lo, hi: [t.low for t in w[lo + 1:hi] if not self._content(t)]  # noqa: E731
+        moved = directional = symmetric = 0
+        swapped: tuple[str, str] = ("", "")
+        for x in range(len(pairs)):
+            for y in range(x + 1, len(pairs)):
+                (i1, j1), (i2, j2) = pairs[x], pairs[y]
+                if j1 < j2:
+                    continue
+                if moved + directional + symmetric >= _MAX_DISCORDANT:
+                    break
+                between_a, between_b = fn(wa, i1, i2), fn(wb, j2, j1)
+                if between_a and between_a == between_b:
+                    if all(w in COORDINATORS for w in between_a):
+                        symmetric += 1
+                    else:
+                        directional += 1
+                        swapped = (wa[i1].low, wa[i2].low)
+                else:
+                    moved += 1
+        f[_F["edit_moved"]], f[_F["edit_swap_directional"]], f[_F["edit_swap_symmetric"]] = moved, directional, symmetric
+        if directional:
+            self.add(11, "argument swap", f"{swapped[0]} <-> {swapped[1]}")
+        elif symmetric:
+            self.add(75, "symmetric swap", "")
+        elif moved:
+            self.add(78, "reordering", "")
+
+
+_default_analyser = EditAnalyser()
+
+
+def analyse(a: str, b: str, lexicon: Optional[Lexicon] = None) -> EditAnalysis:
+    """The edit turning request ``a`` into ``b`` (shipped lexicon unless one is given)."""
+    return (EditAnalyser(lexicon) if lexicon is not None else _default_analyser).analyse(a, b)
+
+
+def edit_features(a: str, b: str) -> np.ndarray:
+    """The :data:`EDIT_FEATURE_NAMES` vector of a pair (for the verifier's model)."""
+    return analyse(a, b).features
