@@ -27,143 +27,39 @@ verifier's model and a readable ``kind`` for explanations. Pure and deterministi
 from __future__ import annotations
 
 import difflib
-import re
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Optional
 
 import numpy as np
 
+from .edit_text import (
+    AMBIGUOUS_NUMBERS,
+    COORDINATORS,
+    DEGREE,
+    FUNCTION_WORDS,
+    MODALS,
+    NEGATION,
+    PAST_AUX,
+    PREPOSITIONS,
+    PRESENT_AUX,
+    PRONOUNS,
+    QUANTIFIERS,
+    REQUEST_VERBS,
+    WH,
+    Token,
+    is_structured,
+    is_wordlike,
+    number_value,
+    protected_diff,
+    spacing,
+    spelling_key,
+    surface_kind,
+    tokenize,
+)
 from .lexicon import Lexicon
 
-# ---------------------------------------------------------------------------- word classes
-# Closed classes of English grammar (not content words: WordNet does not cover them).
-NEGATION = frozenset("not no never none nobody nothing neither nor nowhere without cannot".split())
-QUANTIFIERS = frozenset("all some any every each both either most many much few several enough whole "
-                        "everything everyone everybody something someone anything anyone".split())
-DEGREE = frozenset("more most less least fewer".split())
-MODALS = frozenset("can could may might must shall should will would ought".split())
-WH = {"what": "what", "which": "what", "who": "who", "whom": "who", "whose": "whose", "why": "why",
-      "how": "how", "when": "when", "where": "where", "whether": "whether"}
-PREPOSITIONS = frozenset(
-    "about above across after against along among around at before behind below beneath beside between "
-    "beyond by down during except for from in inside into near of off on onto out outside over past since "
-    "through throughout till to toward towards under underneath until up upon via with within".split())
-PRONOUNS = frozenset("i me my mine myself you your yours yourself yourselves he him his himself she her hers "
-                     "herself it its itself we us our ours ourselves they them their theirs themselves".split())
-PAST_AUX = frozenset("was were did had".split())
-PRESENT_AUX = frozenset("is are am do does has have".split())
-OTHER_FUNCTION = frozenset(
-    "a an the this that these those be been being done having there here as than so if then also just "
-    "very really quite rather too such own other another only even still please kindly thanks thank hi "
-    "hello hey actually basically simply get got getting 's".split())
-COORDINATORS = frozenset("and or nor vs versus plus & , / ;".split())  # "A and B" = "B and A"
-_REQUEST_VERBS = frozenset("tell show give let help explain".split())  # "tell me", "let me know"
-FUNCTION_WORDS = (NEGATION | QUANTIFIERS | DEGREE | MODALS | frozenset(WH) | PREPOSITIONS | PRONOUNS
-                  | PAST_AUX | PRESENT_AUX | OTHER_FUNCTION | COORDINATORS)
-NUMBER_WORDS = {w: float(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
-NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
-                     "ninety": 90, "hundred": 100, "thousand": 1e3, "million": 1e6, "billion": 1e9,
-                     "dozen": 12, "half": 0.5, "twice": 2, "first": 1, "second": 2, "third": 3, "fourth": 4,
-                     "fifth": 5, "tenth": 10})
-_AMBIGUOUS_NUMBERS = frozenset({"one", "second", "half"})
-_MAX_DISCORDANT = 64  # enough to tell a swap from a moved block; bounds long texts
-_CONTRACTIONS = {"n't": "not", "'re": "are", "'ve": "have", "'ll": "will", "'m": "am", "'d": "would"}
-_NT_BASE = {"ca": "can", "wo": "will", "sha": "shall", "ai": "is"}
-# 's is "is" after these (what's, it's, there's), a possessive elsewhere (cat's)
-_S_IS = frozenset("it he she that there here what who where how when why which this".split())
-
-# British/American and other spelling variants: orthographic rules, both ways.
-_SPELLING = ((r"our(?=(s|ed|ing|ite|ites|able|ful|less)?\b)", "or"), (r"(?<=[^aeiou])re\b", "er"), (r"is(e|ed|es|ing|ation)\b", r"iz\1"),
-             (r"ys(e|ed|es|ing)\b", r"yz\1"), (r"ogue\b", "og"), (r"ll(ed|ing|er)\b", r"l\1"), (r"ae", "e"),
-             (r"oe", "e"))
-
-_QUOTED = re.compile(r"```.*?```|`[^`\n]+`|\"[^\"\n]+\"|\u201c[^\u201d\n]+\u201d|\u2018[^\u2019\n]+\u2019"
-                     r"|(?<![\w'])'[^'\n]+'(?![\w])", re.S)
-_CODE_RUN = re.compile(r"\S*(?:[\[\]{}<>=*^$|\\#@~_]|\w\(|::|->|[a-z][A-Z]|\w\.\w)\S*")
-_WORD = re.compile(r"\d+(?:[.,:]\d+)*(?:st|nd|rd|th|s)?|[^\W\d_]+(?:['\u2019\-][^\W\d_]+)*|[^\w\s]")
-
-
-@dataclass
-class Token:
-    raw: str  # as written (case kept)
-    low: str  # lower case, contraction expanded
-    start: int  # character offset in the text (sentence-initial test)
-    protected: bool  # inside quotes, code or structured data
-    initial: bool  # first word of a sentence
-
-
-def spelling_key(w: str) -> str:
-    """A key equal for spelling variants of one word (colour/color, organise/organize)."""
-    for pat, rep in _SPELLING:
-        w = re.sub(pat, rep, w)
-    return w
-
-
-def _protected_spans(text: str) -> list[tuple[int, int]]:
-    spans = [m.span() for m in _QUOTED.finditer(text)]
-    for m in _CODE_RUN.finditer(text):
-        if not any(s <= m.start() < e for s, e in spans):
-            end = m.end()
-            while end > m.start() + 1 and text[end - 1] in ".,?!":
-                end -= 1  # sentence punctuation after the code is not code
-            spans.append((m.start(), end))
-    return sorted(spans)
-
-
-def _structured(text: str) -> bool:
-    """Several lines, some indented: YAML, code, tables (spacing is content there)."""
-    lines = text.split("\n")
-    return len(lines) > 1 and any(ln[:1] in (" ", "\t") for ln in lines[1:] if ln.strip())
-
-
-def tokenize(text: str) -> list[Token]:
-    """Words, numbers and punctuation of ``text`` (NFC), contractions expanded."""
-    text = unicodedata.normalize("NFC", text)
-    spans = _protected_spans(text)
-    structured = _structured(text)
-    out: list[Token] = []
-    prev_end_punct = True
-    for m in _WORD.finditer(text):
-        raw = m.group(0)
-        prot = structured or any(s <= m.start() < e for s, e in spans)
-        low = raw.casefold().replace("\u2019", "'")
-        initial = prev_end_punct and raw[0].isalnum()
-        if raw[0].isalnum():
-            prev_end_punct = False
-        elif raw in ".?!:\n":
-            prev_end_punct = True
-        parts: list[str] = [low]
-        for suf, full in _CONTRACTIONS.items():
-            if low.endswith(suf) and len(low) > len(suf):
-                base = low[: -len(suf)]
-                parts = [_NT_BASE.get(base, base), full] if suf == "n't" else [base, full]
-                break
-        else:
-            if low.endswith("'s") and len(low) > 2:
-                parts = [low[:-2], "is"] if low[:-2] in _S_IS else [low[:-2]]
-        for k, p in enumerate(parts):
-            out.append(Token(raw if len(parts) == 1 else p, p, m.start(), prot, initial and k == 0))
-    return out
-
-
-def _number(low: str) -> Optional[float]:
-    if low[0].isdigit():
-        t = re.sub(r"(st|nd|rd|th|s)$", "", low)
-        t = t.replace(",", "") if re.fullmatch(r"\d{1,3}(,\d{3})+", t) else t.replace(",", ".")
-        try:
-            return float(t)
-        except ValueError:
-            return None
-    return NUMBER_WORDS.get(low)
-
-
-def _wordlike(t: Token) -> bool:
-    return t.low[0].isalnum()
-
+_MAX_DISCORDANT = 64  # enough to tell a swap from a moved block; bounds the work on long texts
 
 # ---------------------------------------------------------------------------- features
 EDIT_FEATURE_NAMES: tuple[str, ...] = (
@@ -225,56 +121,6 @@ class EditAnalysis:
         return f"{self.kind}: {self.detail}" if self.detail else self.kind
 
 
-def _surface(a: str, b: str) -> Optional[str]:
-    if a == b:
-        return "identical"
-    na, nb = unicodedata.normalize("NFC", a), unicodedata.normalize("NFC", b)
-    if na == nb:
-        return "unicode-only"
-    squash = lambda s: " ".join(s.split())  # noqa: E731
-    if squash(na) == squash(nb):
-        return "whitespace-only"
-    if squash(na).casefold() == squash(nb).casefold():
-        return "case-only"
-    strip = lambda s: re.sub(r"[^\w\s]", " ", s)  # noqa: E731
-    if squash(strip(na)).casefold() == squash(strip(nb)).casefold():
-        return "punctuation-only"
-    if unicodedata.normalize("NFKC", na) == unicodedata.normalize("NFKC", nb):
-        return "unicode-only"
-    return None
-
-
-def _spacing(text: str) -> Counter[str]:
-    """Spacing beyond single spaces between words: doubled spaces, tabs, line breaks,
-    leading or trailing space."""
-    c = Counter(re.findall(r"\s{2,}|[^\S ]", text.strip()))
-    c["<pad>"] = int(text[:1].isspace()) + int(text[-1:].isspace())
-    return c
-
-
-def _protected_diff(a: str, b: str) -> tuple[int, int]:
-    """(spans that differ, of which only in case or spacing) between the quoted/code
-    spans of the two texts."""
-    def spans(t: str) -> list[str]:
-        t = unicodedata.normalize("NFC", t)
-        return [t[s:e].strip("`'\"\u201c\u201d\u2018\u2019") for s, e in _protected_spans(t)]
-
-    sa, sb = spans(a), spans(b)
-    if _structured(a) or _structured(b):
-        sa, sb = sa + [a], sb + [b]
-    if sa == sb:
-        return 0, 0
-    changed = soft = 0
-    if len(sa) == len(sb):
-        for x, y in zip(sa, sb):
-            if x != y:
-                changed += 1
-                soft += int("".join(x.split()).casefold() == "".join(y.split()).casefold())
-        return changed, soft
-    ca, cb = Counter(sa), Counter(sb)
-    return sum(((ca - cb) + (cb - ca)).values()), 0
-
-
 class EditAnalyser:
     """Aligns two requests and classifies the edit (see the module docstring)."""
 
@@ -290,10 +136,10 @@ class EditAnalyser:
     def analyse(self, a: str, b: str) -> EditAnalysis:
         """The edit turning request ``a`` (e.g. the stored one) into ``b`` (the new one)."""
         f = np.zeros(len(EDIT_FEATURE_NAMES))
-        surface = _surface(a, b)
-        prot, prot_soft = _protected_diff(a, b)
+        surface = surface_kind(a, b)
+        prot, prot_soft = protected_diff(a, b)
         f[_F["edit_protected_changed"]], f[_F["edit_protected_case_space"]] = prot, prot_soft
-        if _structured(a) or _structured(b):
+        if is_structured(a) or is_structured(b):
             la = [ln.rstrip() for ln in a.strip("\n").split("\n")]
             lb = [ln.rstrip() for ln in b.strip("\n").split("\n")]
             f[_F["edit_structure_changed"]] = float(la != lb and [x.strip() for x in la] == [y.strip() for y in lb])
@@ -301,10 +147,10 @@ class EditAnalyser:
             f[_F["edit_identical"]] = 1.0
             return EditAnalysis("identical", "", f)
         ta, tb = tokenize(a), tokenize(b)
-        wa, wb = [t for t in ta if _wordlike(t)], [t for t in tb if _wordlike(t)]
-        pa, pb = [t.low for t in ta if not _wordlike(t)], [t.low for t in tb if not _wordlike(t)]
+        wa, wb = [t for t in ta if is_wordlike(t)], [t for t in tb if is_wordlike(t)]
+        pa, pb = [t.low for t in ta if not is_wordlike(t)], [t.low for t in tb if not is_wordlike(t)]
         f[_F["edit_punct_changes"]] = sum(((Counter(pa) - Counter(pb)) + (Counter(pb) - Counter(pa))).values())
-        f[_F["edit_space_changed"]] = float(_spacing(a) != _spacing(b))
+        f[_F["edit_space_changed"]] = float(spacing(a) != spacing(b))
         if surface is not None and not prot:
             f[_F["edit_surface_only"]] = 1.0
             f[_F["edit_compat_only"]] = float(surface == "unicode-only")
@@ -367,12 +213,12 @@ class _Alignment:
     # ------------------------------------------------------------- pieces
     @staticmethod
     def _content(t: Token) -> bool:
-        return t.low not in FUNCTION_WORDS and _number(t.low) is None and t.low[0].isalpha()
+        return t.low not in FUNCTION_WORDS and number_value(t.low) is None and t.low[0].isalpha()
 
     def _numbers(self) -> None:
         def values(w: list[Token], strict: bool) -> Counter[float]:
-            return Counter(v for t in w if (v := _number(t.low)) is not None
-                           and not (strict and t.low in _AMBIGUOUS_NUMBERS))
+            return Counter(v for t in w if (v := number_value(t.low)) is not None
+                           and not (strict and t.low in AMBIGUOUS_NUMBERS))
 
         # "one"/"second"/"half" are numbers only when the other side has a number too
         # ("which one" is not a count).
@@ -393,7 +239,7 @@ class _Alignment:
         nxt = w[i + 1].low if i + 1 < len(w) else ""
         prev = w[i - 1].low if i else ""
         return ((low in MODALS and nxt == "you") or (low == "you" and prev in MODALS | {"do"})
-                or (low == "me" and prev in _REQUEST_VERBS) or (low in _REQUEST_VERBS and nxt == "me")
+                or (low == "me" and prev in REQUEST_VERBS) or (low in REQUEST_VERBS and nxt == "me")
                 or low in ("please", "kindly") or (low == "know" and prev in ("me", "to", "you")))
 
     def _function_words(self, ua: list[int], ub: list[int], frame_a: set[int], frame_b: set[int]) -> None:
@@ -479,7 +325,7 @@ class _Alignment:
                 run = idx[k:k + n]
                 if len(run) == n and run[-1] - run[0] == n - 1:
                     phrase = "_".join(w[i].low for i in run)
-                    if self.lex.known(phrase) and not self.lex.known(w[run[0]].low + w[run[1]].low):
+                    if self.lex.known(phrase):
                         units.append((phrase, run, w[run[0]]))
                         k += n
                         break

@@ -25,7 +25,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Optional, Sequence
 
-from ..edits import spelling_key
+from ..edit_text import spelling_key
 from ..lexicon import Lexicon
 from . import contrast_templates as T
 from .contrast_natural import ISSUE_EXAMPLES, ISSUE_WORD_PAIRS, NATURAL_TEST, NATURAL_TRAIN, PARAPHRASE_KINDS

@@ -1,0 +1,188 @@
+"""Text side of the edit analysis (:mod:`mlc_integrations.edits`): English closed word
+classes, a tokenizer that keeps case, expands contractions and marks quoted text, code
+and structured data, and the surface comparisons (case, spacing, punctuation, Unicode
+forms) that need no alignment."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from typing import Optional
+
+# ---------------------------------------------------------------------------- word classes
+# Closed classes of English grammar (not content words: WordNet does not cover them).
+NEGATION = frozenset("not no never none nobody nothing neither nor nowhere without cannot".split())
+QUANTIFIERS = frozenset("all some any every each both either most many much few several enough whole "
+                        "everything everyone everybody something someone anything anyone".split())
+DEGREE = frozenset("more most less least fewer".split())
+MODALS = frozenset("can could may might must shall should will would ought".split())
+WH = {"what": "what", "which": "what", "who": "who", "whom": "who", "whose": "whose", "why": "why",
+      "how": "how", "when": "when", "where": "where", "whether": "whether"}
+PREPOSITIONS = frozenset(
+    "about above across after against along among around at before behind below beneath beside between "
+    "beyond by down during except for from in inside into near of off on onto out outside over past since "
+    "through throughout till to toward towards under underneath until up upon via with within".split())
+PRONOUNS = frozenset("i me my mine myself you your yours yourself yourselves he him his himself she her hers "
+                     "herself it its itself we us our ours ourselves they them their theirs themselves".split())
+PAST_AUX = frozenset("was were did had".split())
+PRESENT_AUX = frozenset("is are am do does has have".split())
+OTHER_FUNCTION = frozenset(
+    "a an the this that these those be been being done having there here as than so if then also just "
+    "very really quite rather too such own other another only even still please kindly thanks thank hi "
+    "hello hey actually basically simply get got getting 's".split())
+COORDINATORS = frozenset("and or nor vs versus plus & , / ;".split())  # "A and B" = "B and A"
+REQUEST_VERBS = frozenset("tell show give let help explain".split())  # "tell me", "let me know"
+FUNCTION_WORDS = (NEGATION | QUANTIFIERS | DEGREE | MODALS | frozenset(WH) | PREPOSITIONS | PRONOUNS
+                  | PAST_AUX | PRESENT_AUX | OTHER_FUNCTION | COORDINATORS)
+NUMBER_WORDS = {w: float(i) for i, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty".split())}
+NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
+                     "ninety": 90, "hundred": 100, "thousand": 1e3, "million": 1e6, "billion": 1e9,
+                     "dozen": 12, "half": 0.5, "twice": 2, "first": 1, "second": 2, "third": 3, "fourth": 4,
+                     "fifth": 5, "tenth": 10})
+AMBIGUOUS_NUMBERS = frozenset({"one", "second", "half"})
+_CONTRACTIONS = {"n't": "not", "'re": "are", "'ve": "have", "'ll": "will", "'m": "am", "'d": "would"}
+_NT_BASE = {"ca": "can", "wo": "will", "sha": "shall", "ai": "is"}
+# 's is "is" after these (what's, it's, there's), a possessive elsewhere (cat's)
+_S_IS = frozenset("it he she that there here what who where how when why which this".split())
+
+# British/American and other spelling variants: orthographic rules, both ways.
+_SPELLING = ((r"our(?=(s|ed|ing|ite|ites|able|ful|less)?\b)", "or"), (r"(?<=[^aeiou])re\b", "er"), (r"is(e|ed|es|ing|ation)\b", r"iz\1"),
+             (r"ys(e|ed|es|ing)\b", r"yz\1"), (r"ogue\b", "og"), (r"ll(ed|ing|er)\b", r"l\1"), (r"ae", "e"),
+             (r"oe", "e"))
+
+_QUOTED = re.compile(r"```.*?```|`[^`\n]+`|\"[^\"\n]+\"|\u201c[^\u201d\n]+\u201d|\u2018[^\u2019\n]+\u2019"
+                     r"|(?<![\w'])'[^'\n]+'(?![\w])", re.S)
+_CODE_RUN = re.compile(r"\S*(?:[\[\]{}<>=*^$|\\#@~_]|\w\(|::|->|[a-z][A-Z]|\w\.\w)\S*")
+_WORD = re.compile(r"\d+(?:[.,:]\d+)*(?:st|nd|rd|th|s)?|[^\W\d_]+(?:['\u2019\-][^\W\d_]+)*|[^\w\s]")
+
+
+@dataclass
+class Token:
+    raw: str  # as written (case kept)
+    low: str  # lower case, contraction expanded
+    start: int  # character offset in the text (sentence-initial test)
+    protected: bool  # inside quotes, code or structured data
+    initial: bool  # first word of a sentence
+
+
+def spelling_key(w: str) -> str:
+    """A key equal for spelling variants of one word (colour/color, organise/organize)."""
+    for pat, rep in _SPELLING:
+        w = re.sub(pat, rep, w)
+    return w
+
+
+def protected_spans(text: str) -> list[tuple[int, int]]:
+    spans = [m.span() for m in _QUOTED.finditer(text)]
+    for m in _CODE_RUN.finditer(text):
+        if not any(s <= m.start() < e for s, e in spans):
+            end = m.end()
+            while end > m.start() + 1 and text[end - 1] in ".,?!":
+                end -= 1  # sentence punctuation after the code is not code
+            spans.append((m.start(), end))
+    return sorted(spans)
+
+
+def is_structured(text: str) -> bool:
+    """Several lines, some indented: YAML, code, tables (spacing is content there)."""
+    lines = text.split("\n")
+    return len(lines) > 1 and any(ln[:1] in (" ", "\t") for ln in lines[1:] if ln.strip())
+
+
+def tokenize(text: str) -> list[Token]:
+    """Words, numbers and punctuation of ``text`` (NFC), contractions expanded."""
+    text = unicodedata.normalize("NFC", text)
+    spans = protected_spans(text)
+    structured = is_structured(text)
+    out: list[Token] = []
+    prev_end_punct = True
+    for m in _WORD.finditer(text):
+        raw = m.group(0)
+        prot = structured or any(s <= m.start() < e for s, e in spans)
+        low = raw.casefold().replace("\u2019", "'")
+        initial = prev_end_punct and raw[0].isalnum()
+        if raw[0].isalnum():
+            prev_end_punct = False
+        elif raw in ".?!:\n":
+            prev_end_punct = True
+        parts: list[str] = [low]
+        for suf, full in _CONTRACTIONS.items():
+            if low.endswith(suf) and len(low) > len(suf):
+                base = low[: -len(suf)]
+                parts = [_NT_BASE.get(base, base), full] if suf == "n't" else [base, full]
+                break
+        else:
+            if low.endswith("'s") and len(low) > 2:
+                parts = [low[:-2], "is"] if low[:-2] in _S_IS else [low[:-2]]
+        for k, p in enumerate(parts):
+            out.append(Token(raw if len(parts) == 1 else p, p, m.start(), prot, initial and k == 0))
+    return out
+
+
+def number_value(low: str) -> Optional[float]:
+    if low[0].isdigit():
+        t = re.sub(r"(st|nd|rd|th|s)$", "", low)
+        t = t.replace(",", "") if re.fullmatch(r"\d{1,3}(,\d{3})+", t) else t.replace(",", ".")
+        try:
+            return float(t)
+        except ValueError:
+            return None
+    return NUMBER_WORDS.get(low)
+
+
+def is_wordlike(t: Token) -> bool:
+    return t.low[0].isalnum()
+
+
+def surface_kind(a: str, b: str) -> Optional[str]:
+    if a == b:
+        return "identical"
+    na, nb = unicodedata.normalize("NFC", a), unicodedata.normalize("NFC", b)
+    if na == nb:
+        return "unicode-only"
+    squash = lambda s: " ".join(s.split())  # noqa: E731
+    if squash(na) == squash(nb):
+        return "whitespace-only"
+    if squash(na).casefold() == squash(nb).casefold():
+        return "case-only"
+    strip = lambda s: re.sub(r"[^\w\s]", " ", s)  # noqa: E731
+    if squash(strip(na)).casefold() == squash(strip(nb)).casefold():
+        return "punctuation-only"
+    if unicodedata.normalize("NFKC", na) == unicodedata.normalize("NFKC", nb):
+        return "unicode-only"
+    return None
+
+
+def spacing(text: str) -> Counter[str]:
+    """Spacing beyond single spaces between words: doubled spaces, tabs, line breaks,
+    leading or trailing space."""
+    c = Counter(re.findall(r"\s{2,}|[^\S ]", text.strip()))
+    c["<pad>"] = int(text[:1].isspace()) + int(text[-1:].isspace())
+    return c
+
+
+def protected_diff(a: str, b: str) -> tuple[int, int]:
+    """(spans that differ, of which only in case or spacing) between the quoted/code
+    spans of the two texts."""
+    def spans(t: str) -> list[str]:
+        t = unicodedata.normalize("NFC", t)
+        return [t[s:e].strip("`'\"\u201c\u201d\u2018\u2019") for s, e in protected_spans(t)]
+
+    sa, sb = spans(a), spans(b)
+    if is_structured(a) or is_structured(b):
+        sa, sb = sa + [a], sb + [b]
+    if sa == sb:
+        return 0, 0
+    changed = soft = 0
+    if len(sa) == len(sb):
+        for x, y in zip(sa, sb):
+            if x != y:
+                changed += 1
+                soft += int("".join(x.split()).casefold() == "".join(y.split()).casefold())
+        return changed, soft
+    ca, cb = Counter(sa), Counter(sb)
+    return sum(((ca - cb) + (cb - ca)).values()), 0
