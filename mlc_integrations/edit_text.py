@@ -1,7 +1,8 @@
 """Text side of the edit analysis (:mod:`mlc_integrations.edits`): English closed word
 classes, a tokenizer that keeps case, expands contractions and marks quoted text, code
-and structured data, and the surface comparisons (case, spacing, punctuation, Unicode
-forms) that need no alignment."""
+and structured data, the surface comparisons (case, spacing, punctuation, Unicode
+forms) that need no alignment, and the words that frame a request rather than make its
+content ("could you", "thanks", "in what year" for "when")."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
+
+if TYPE_CHECKING:
+    from .lexicon import Lexicon
 
 # ---------------------------------------------------------------------------- word classes
 # Closed classes of English grammar (not content words: WordNet does not cover them).
@@ -28,14 +32,16 @@ PRONOUNS = frozenset("i me my mine myself you your yours yourself yourselves he 
                      "herself it its itself we us our ours ourselves they them their theirs themselves".split())
 PAST_AUX = frozenset("was were did had".split())
 PRESENT_AUX = frozenset("is are am do does has have".split())
+FUTURE_AUX = frozenset("will shall".split())  # also modals: "will" counts for both
+POLITENESS = frozenset("please kindly thanks thank hi hello hey cheers".split())
 OTHER_FUNCTION = frozenset(
     "a an the this that these those be been being done having there here as than so if then also just "
-    "very really quite rather too such own other another only even still please kindly thanks thank hi "
-    "hello hey actually basically simply get got getting 's".split())
+    "very really quite rather too such own other another only even still actually basically simply get got "
+    "getting 's".split())
 COORDINATORS = frozenset("and or nor vs versus plus & , / ;".split())  # "A and B" = "B and A"
 REQUEST_VERBS = frozenset("tell show give let help explain".split())  # "tell me", "let me know"
 FUNCTION_WORDS = (NEGATION | QUANTIFIERS | DEGREE | MODALS | frozenset(WH) | PREPOSITIONS | PRONOUNS
-                  | PAST_AUX | PRESENT_AUX | OTHER_FUNCTION | COORDINATORS)
+                  | PAST_AUX | PRESENT_AUX | POLITENESS | OTHER_FUNCTION | COORDINATORS)
 NUMBER_WORDS = {w: float(i) for i, w in enumerate(
     "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
     "seventeen eighteen nineteen twenty".split())}
@@ -110,6 +116,8 @@ def tokenize(text: str) -> list[Token]:
         elif raw in ".?!:\n":
             prev_end_punct = True
         parts: list[str] = [low]
+        if low == "cannot":
+            parts = ["can", "not"]  # as "can't"
         for suf, full in _CONTRACTIONS.items():
             if low.endswith(suf) and len(low) > len(suf):
                 base = low[: -len(suf)]
@@ -186,3 +194,59 @@ def protected_diff(a: str, b: str) -> tuple[int, int]:
         return changed, soft
     ca, cb = Counter(sa), Counter(sb)
     return sum(((ca - cb) + (cb - ca)).values()), 0
+
+
+# ---------------------------------------------------------------------------- request frames
+def request_frame(w: list[Token], i: int) -> bool:
+    """Is word i part of the request's frame ("could you", "tell me", "please")?"""
+    low = w[i].low
+    nxt = w[i + 1].low if i + 1 < len(w) else ""
+    prev = w[i - 1].low if i else ""
+    return ((low in MODALS and nxt == "you") or (low == "you" and prev in MODALS | {"do", "thank"})
+            or (low == "me" and prev in REQUEST_VERBS) or (low in REQUEST_VERBS and nxt == "me")
+            or low in POLITENESS or (low == "know" and prev in ("me", "to", "you")))
+
+
+def polite_sentences(w: list[Token], unmatched: list[int]) -> set[int]:
+    """Words of a short sentence found on one side only that greets or thanks
+    ("Hello!", "Thank you in advance."): the frame of the request, not its content."""
+    out: set[int] = set()
+    sentence: list[int] = []
+    for i in range(len(w) + 1):
+        if i == len(w) or (w[i].initial and sentence):
+            if (len(sentence) <= 5 and all(k in unmatched for k in sentence)
+                    and any(w[k].low in POLITENESS for k in sentence) and not any(w[k].low in WH for k in sentence)):
+                out.update(sentence)
+            sentence = []
+        if i < len(w):
+            sentence.append(i)
+    return out
+
+
+def wh_equivalents(lex: "Lexicon", wa: list[Token], wb: list[Token], ua: list[int],
+                   ub: list[int]) -> tuple[set[int], set[int]]:
+    """Question words asked two ways: "when" / "in what year", "who" / "which artist",
+    "where" / "in which city", "how tall" / "what height". Returns the words on each
+    side that only restate the other side's question word."""
+    kinds = {"when": "time", "where": "place", "who": "person"}
+    out_a: set[int] = set()
+    out_b: set[int] = set()
+    for (w, u, out), (w2, u2, out2) in (((wa, ua, out_a), (wb, ub, out_b)),
+                                        ((wb, ub, out_b), (wa, ua, out_a))):
+        for i in u:
+            if w[i].low not in ("what", "which"):
+                continue
+            nxt = w[i + 1].low if i + 1 in u else ""  # "which artist", "what year"
+            for j in u2:
+                q = w2[j].low
+                if kinds.get(q) and nxt and lex.semantic_class(nxt) == kinds[q]:
+                    out.update((i, i + 1))
+                    out2.add(j)
+                    break
+                adj = w2[j + 1].low if q == "how" and j + 1 in u2 else ""  # "how tall" / "what ... height"
+                noun = next((k for k in u if adj and lex.relation(adj, w[k].low) == "derived"), None)
+                if noun is not None:
+                    out.update((i, noun))
+                    out2.update((j, j + 1))
+                    break
+    return out_a, out_b

@@ -38,6 +38,7 @@ from .edit_text import (
     COORDINATORS,
     DEGREE,
     FUNCTION_WORDS,
+    FUTURE_AUX,
     MODALS,
     NEGATION,
     PAST_AUX,
@@ -45,17 +46,19 @@ from .edit_text import (
     PRESENT_AUX,
     PRONOUNS,
     QUANTIFIERS,
-    REQUEST_VERBS,
     WH,
     Token,
     is_structured,
     is_wordlike,
     number_value,
+    polite_sentences,
     protected_diff,
+    request_frame,
     spacing,
     spelling_key,
     surface_kind,
     tokenize,
+    wh_equivalents,
 )
 from .lexicon import Lexicon
 
@@ -77,6 +80,7 @@ EDIT_FEATURE_NAMES: tuple[str, ...] = (
     "edit_swap_symmetric",  # swapped around "and", "or", "vs"
     "edit_sub_synonym",
     "edit_sub_weak_synonym",  # synonyms only through rare senses ("big"/"bad")
+    "edit_sub_derived",  # the same concept in another word class ("tall" / "height", "invent" / "invention")
     "edit_sub_hypernym",
     "edit_sub_antonym",
     "edit_sub_cohyponym",
@@ -86,8 +90,9 @@ EDIT_FEATURE_NAMES: tuple[str, ...] = (
     "edit_inflection",  # same lemma, another form (plural, tense)
     "edit_degree",  # big / bigger / biggest, more / most / less
     "edit_ins_content",  # content words inserted or deleted (both sides)
-    "edit_ins_time", "edit_ins_place", "edit_ins_person", "edit_ins_format", "edit_ins_modifier",
-    "edit_ins_entity", "edit_ins_unknown",
+    # what the inserted, deleted or replaced (not synonymous) content words name: a changed constraint
+    "edit_constraint_time", "edit_constraint_place", "edit_constraint_person", "edit_constraint_format",
+    "edit_constraint_modifier", "edit_constraint_entity", "edit_constraint_unknown",
     "edit_number_changed",
     "edit_number_added",
     "edit_negation",  # the parity of negations differs
@@ -187,11 +192,12 @@ class _Alignment:
                                          and not wa[i].protected for i, j in match.items())
         f[_F["edit_changed_fraction"]] = (len(ua) + len(ub)) / max(len(wa) + len(wb), 1)
         self._numbers()
-        frame_a = {i for i in ua if self._request_frame(wa, i)}
-        frame_b = {j for j in ub if self._request_frame(wb, j)}
-        self._function_words(ua, ub, frame_a, frame_b)
-        ca = [i for i in ua if self._content(wa[i]) and i not in frame_a]
-        cb = [j for j in ub if self._content(wb[j]) and j not in frame_b]
+        frame_a = {i for i in ua if request_frame(wa, i)} | polite_sentences(wa, ua)
+        frame_b = {j for j in ub if request_frame(wb, j)} | polite_sentences(wb, ub)
+        same_a, same_b = wh_equivalents(self.lex, wa, wb, ua, ub)
+        self._function_words(ua, ub, frame_a, frame_b, same_a, same_b)
+        ca = [i for i in ua if self._content(wa[i]) and i not in frame_a | same_a]
+        cb = [j for j in ub if self._content(wb[j]) and j not in frame_b | same_b]
         self._moves(ca, cb, match)  # same word elsewhere: a reordering, not an edit of content
         self._substitutions(ca, cb, match)
         self._order(match)
@@ -233,16 +239,8 @@ class _Alignment:
             db = ",".join(f"{v:g}" for v in sorted((nb - na).elements()))
             self.add(10, "number change", f"{da or '-'} -> {db or '-'}")
 
-    def _request_frame(self, w: list[Token], i: int) -> bool:
-        """Is word i part of the request's frame ("could you", "tell me", "please")?"""
-        low = w[i].low
-        nxt = w[i + 1].low if i + 1 < len(w) else ""
-        prev = w[i - 1].low if i else ""
-        return ((low in MODALS and nxt == "you") or (low == "you" and prev in MODALS | {"do"})
-                or (low == "me" and prev in REQUEST_VERBS) or (low in REQUEST_VERBS and nxt == "me")
-                or low in ("please", "kindly") or (low == "know" and prev in ("me", "to", "you")))
-
-    def _function_words(self, ua: list[int], ub: list[int], frame_a: set[int], frame_b: set[int]) -> None:
+    def _function_words(self, ua: list[int], ub: list[int], frame_a: set[int], frame_b: set[int],
+                        same_a: set[int], same_b: set[int]) -> None:
         f, wa, wb = self.f, self.wa, self.wb
         neg_a = sum(t.low in NEGATION for t in wa)
         neg_b = sum(t.low in NEGATION for t in wb)
@@ -261,8 +259,8 @@ class _Alignment:
             """Words of one closed class on one side only. ``added``: what a word with no
             counterpart counts as: "count" (a change), a feature name, or "ignore"."""
             key = (lambda w: cls[w]) if isinstance(cls, dict) else (lambda w: w)  # noqa: E731
-            xa = Counter(key(wa[i].low) for i in ua if wa[i].low in cls and i not in frame_a)
-            xb = Counter(key(wb[j].low) for j in ub if wb[j].low in cls and j not in frame_b)
+            xa = Counter(key(wa[i].low) for i in ua if wa[i].low in cls and i not in frame_a | same_a)
+            xb = Counter(key(wb[j].low) for j in ub if wb[j].low in cls and j not in frame_b | same_b)
             oa, ob = xa - xb, xb - xa
             sub, add = min(sum(oa.values()), sum(ob.values())), abs(sum(oa.values()) - sum(ob.values()))
             if added == "count":
@@ -280,8 +278,8 @@ class _Alignment:
         diff(WH, "edit_wh", 34, "question-word change", "ignore" if framed else "count")
         diff(PREPOSITIONS, "edit_preposition", 36, "preposition change", "edit_preposition_added")
         diff(PRONOUNS, "edit_pronoun", 40, "pronoun change")
-        tense = lambda w, idx: {("past" if w[i].low in PAST_AUX else "present") for i in idx  # noqa: E731
-                                if w[i].low in PAST_AUX | PRESENT_AUX}
+        tense = lambda w, idx: {("past" if w[i].low in PAST_AUX else "future" if w[i].low in FUTURE_AUX  # noqa: E731
+                                 else "present") for i in idx if w[i].low in PAST_AUX | PRESENT_AUX | FUTURE_AUX}
         ta, tb = tense(wa, range(len(wa))), tense(wb, range(len(wb)))
         if ta and tb and ta != tb:
             f[_F["edit_tense"]] = 1.0
@@ -345,7 +343,7 @@ class _Alignment:
     def _substitutions(self, ca: list[int], cb: list[int], match: dict[int, int]) -> None:
         f, lex = self.f, self.lex
         ua, ub = self._merge_phrases(ca, self.wa), self._merge_phrases(cb, self.wb)
-        order = {"same": 0, "synonym": 1, "similar": 1, "hypernym": 2, "hyponym": 2, "antonym": 3,
+        order = {"same": 0, "synonym": 1, "similar": 1, "derived": 2, "hypernym": 2, "hyponym": 2, "antonym": 3,
                  "cohyponym": 4, "unrelated": 5, "unknown": 6}
         cands = []
         for x, (wx, ix, tx) in enumerate(ua):
@@ -373,6 +371,10 @@ class _Alignment:
                 strong = rel.cost <= 2 or kind == "same"
                 f[_F["edit_sub_synonym" if strong else "edit_sub_weak_synonym"]] += 1
                 self.add(82 if strong else 60, "synonym" if strong else "rare-sense synonym", detail)
+            elif kind == "derived":
+                strong = rel.cost <= 1  # through rare senses it is no evidence of the same meaning
+                f[_F["edit_sub_derived" if strong else "edit_sub_weak_synonym"]] += 1
+                self.add(84 if strong else 60, "derived form" if strong else "rare-sense relation", detail)
             elif kind in ("hypernym", "hyponym"):
                 f[_F["edit_sub_hypernym"]] += 1
                 self.add(70, kind, detail)
@@ -385,6 +387,9 @@ class _Alignment:
             else:
                 f[_F["edit_sub_unknown" if kind == "unknown" else "edit_sub_unrelated"]] += 1
                 self.add(50 if kind == "unknown" else 55, f"{kind} word change", detail)
+            if kind not in ("same", "synonym", "similar", "derived"):
+                self._constraint(wx, tx)
+                self._constraint(wy, ty)
             for i, j in zip(ix, iy):
                 match.setdefault(i, j)  # aligned for the order analysis
         for side, units, used in (("removed", ua, used_a), ("added", ub, used_b)):
@@ -392,29 +397,18 @@ class _Alignment:
                 if k not in used:
                     self._inserted(word, tok, side)
 
+    def _constraint(self, word: str, tok: Token) -> str:
+        """Count what a changed content word names (time, place, audience, format, ...)."""
+        cls = "entity" if self._entity(word, tok) else self.lex.semantic_class(word) or "unknown"
+        cls = {"communication": "format", "quantity": "format"}.get(cls, cls)
+        if cls != "other":
+            self.f[_F[f"edit_constraint_{cls}"]] += 1
+        return cls
+
     def _inserted(self, word: str, tok: Token, side: str) -> None:
-        f = self.f
-        f[_F["edit_ins_content"]] += 1
-        cats = self.lex.categories(word, 0)
-        if self._entity(word, tok):
-            cat = "entity"
-        elif not cats:
-            cat = "unknown"
-        elif "noun.time" in cats:
-            cat = "time"
-        elif "noun.location" in cats:
-            cat = "place"
-        elif "noun.person" in cats:
-            cat = "person"
-        elif cats & {"noun.communication", "noun.quantity"}:
-            cat = "format"
-        elif cats & {"adj.all", "adj.pert", "adj.ppl", "adv.all"} and not any(c.startswith("noun.") for c in cats):
-            cat = "modifier"
-        else:
-            cat = ""
-        if cat:
-            f[_F[f"edit_ins_{cat}"]] += 1
-        label = {"person": "audience", "": "content"}.get(cat, cat)
+        self.f[_F["edit_ins_content"]] += 1
+        cls = self._constraint(word, tok)
+        label = {"person": "audience", "other": "content"}.get(cls, cls)
         self.add(20, f"{side} {label}", word.replace("_", " "))
 
     def _order(self, match: dict[int, int]) -> None:
@@ -441,6 +435,8 @@ class _Alignment:
                         swapped = (wa[i1].low, wa[i2].low)
                 else:
                     moved += 1
+        # the words displaced around swapped arguments are not a separate moved block
+        moved = 0 if directional or symmetric else moved
         f[_F["edit_moved"]], f[_F["edit_swap_directional"]], f[_F["edit_swap_symmetric"]] = moved, directional, symmetric
         if directional:
             self.add(11, "argument swap", f"{swapped[0]} <-> {swapped[1]}")

@@ -36,10 +36,12 @@ LEXICON_FORMAT_VERSION = 1
 
 #: Everything :func:`relation` can answer, most specific first. ``hypernym``: the
 #: second word is more general ("dog" -> "animal"); ``hyponym``: more specific;
-#: ``similar``: adjectives of one WordNet cluster ("huge"/"large"); ``cohyponym``:
+#: ``similar``: adjectives of one WordNet cluster ("huge"/"large"); ``derived``: one
+#: concept in another word class ("invent"/"invention", "tall"/"height"); ``cohyponym``:
 #: two values of one close category ("red"/"blue", "Monday"/"Friday", "cat"/"dog")
 #: or of one attribute ("hot"/"warm": temperature); ``unknown``: a word WordNet lacks.
-RELATIONS = ("same", "synonym", "antonym", "similar", "hypernym", "hyponym", "cohyponym", "unrelated", "unknown")
+RELATIONS = ("same", "synonym", "antonym", "similar", "derived", "hypernym", "hyponym", "cohyponym", "unrelated",
+             "unknown")
 
 # WordNet's detachment rules (morphy(7WN)): suffix -> replacement, tried in order
 # after the exception lists.
@@ -96,6 +98,7 @@ class Lexicon:
         self._direct_antonyms = frozenset((int(a), int(b)) for a, b in data["antonyms"])
         self._antonyms = set(self._direct_antonyms)
         self._antonyms |= {(int(a), int(b)) for a, b in data["derived_antonyms"]}
+        self._derivation = frozenset((int(a), int(b)) for a, b in data.get("derivation", ()))
         self._proper = frozenset(int(i) for i in data["proper"])
         self._capitalized = frozenset(int(i) for i in data.get("capitalized", ()))
         self._general = frozenset(int(i) for i in data["general"])
@@ -179,6 +182,22 @@ class Lexicon:
         """WordNet lexicographer files ("noun.time", "noun.location", "adj.all", ...)
         of the word's common senses (cost <= ``max_cost``): what kind of thing it is."""
         return frozenset(self.lexnames[self._lexname[s]] for s, c in self.senses(word) if c <= max_cost)
+
+    def semantic_class(self, word: str) -> str:
+        """What a word names, from the lexicographer files of its common senses: "time"
+        (yesterday, year), "place" (city, kitchen is not), "person" (child, expert),
+        "communication" (sentence, summary), "quantity" (word count units), "modifier"
+        (adjectives and adverbs only), "other"; "" when WordNet lacks the word."""
+        cats = self.categories(word, 0)
+        if not cats:
+            return ""
+        for cat, name in (("noun.time", "time"), ("noun.location", "place"), ("noun.person", "person"),
+                          ("noun.communication", "communication"), ("noun.quantity", "quantity")):
+            if cat in cats:
+                return name
+        if not any(c.startswith(("noun.", "verb.")) for c in cats):
+            return "modifier"
+        return "other"
 
     def is_proper(self, word: str) -> bool:
         """True when the word's most frequent sense names an individual (a city, a
@@ -293,6 +312,12 @@ class Lexicon:
             return "antonym", anti
         px, py = self._pos[x], self._pos[y]
         if px != py:
+            if (min(x, y), max(x, y)) in self._derivation:
+                return "derived", 0
+            # an adjective and the attribute it is a value of: "tall"/"height"
+            for adj, noun in ((x, y), (y, x)):
+                if self._pos[adj] == "a" and any(noun in self._attribute.get(h, ()) for h in self._heads(adj)):
+                    return "derived", 0
             return None
         if px == "a":
             hx, hy = self._heads(x), self._heads(y)

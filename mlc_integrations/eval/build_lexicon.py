@@ -17,6 +17,8 @@ What is kept (everything the edit classifier asks about, nothing else):
   hypernym and co-hyponym (contrast set) relations;
 * ``similar``: adjective satellite -> head synsets (WordNet's adjective clusters),
   ``attribute``: adjective head -> the noun it is a value of ("short" -> length);
+* ``derivation``: synset pairs of different parts of speech linked by a derivational
+  pointer ("invent"/"invention", "weigh"/"weight"): one concept, another word class;
 * ``antonyms``: synset pairs with a direct lemma antonym pointer, and pairs derived
   through a derivational or pertainym link of an antonymous lemma on both sides
   ("win"/"loss" from the verbs win/lose) of the same part of speech;
@@ -188,6 +190,8 @@ def build(root: Path, general_size: int = DEFAULT_GENERAL_SIZE) -> dict:
             elif sym in ("+", "\\") and p[3] and p[4]:
                 deriv[(i, p[3])].add((t, p[4]))
                 deriv[(t, p[4])].add((i, p[3]))
+    derivation = sorted({(min(a[0], b[0]), max(a[0], b[0])) for a, bs in deriv.items() for b in bs if a[0] != b[0]
+                         and syn[a[0]].pos != syn[b[0]].pos and "+" in {q[0] for q in syn[a[0]].pointers}})
     direct = set(antonyms)
     derived: set[tuple[int, int]] = set()
     for x, y in lemma_antonyms:
@@ -236,6 +240,7 @@ def build(root: Path, general_size: int = DEFAULT_GENERAL_SIZE) -> dict:
         "similar": {str(k): v for k, v in sorted(similar.items())},
         "attribute": {str(k): v for k, v in sorted(attribute.items())},
         "antonyms": sorted(direct),
+        "derivation": [list(p) for p in derivation],
         "derived_antonyms": sorted(derived),
         "proper": sorted(proper),
         "capitalized": sorted(capitalized - proper),

@@ -112,12 +112,12 @@ def test_multiword_entity_is_one_unit() -> None:
 
 # ----------------------------------------------------------------------------- insertions (constraints)
 @pytest.mark.parametrize("a,b,feature", [
-    ("What was the score?", "What was the score last night?", "edit_ins_time"),
-    ("Explain gravity.", "Explain gravity to a toddler.", "edit_ins_person"),
-    ("Summarize the plot.", "Summarize the plot in one paragraph.", "edit_ins_format"),
-    ("Where can I park?", "Where can I park in the city?", "edit_ins_place"),
-    ("Describe the house.", "Describe the old house.", "edit_ins_modifier"),
-    ("How do I install it?", "How do I install it on Fedora?", "edit_ins_entity"),
+    ("What was the score?", "What was the score last night?", "edit_constraint_time"),
+    ("Explain gravity.", "Explain gravity to a toddler.", "edit_constraint_person"),
+    ("Summarize the plot.", "Summarize the plot in one paragraph.", "edit_constraint_format"),
+    ("Where can I park?", "Where can I park in the city?", "edit_constraint_place"),
+    ("Describe the house.", "Describe the old house.", "edit_constraint_modifier"),
+    ("How do I install it?", "How do I install it on Fedora?", "edit_constraint_entity"),
 ])
 def test_inserted_constraint_is_classified_by_its_content(a: str, b: str, feature: str) -> None:
     f = feat(a, b)
@@ -157,6 +157,27 @@ def test_request_frame_is_not_modality() -> None:
     f = e.as_dict()
     assert f["edit_request_form"] > 0 and f["edit_modal"] == 0 and f["edit_wh"] == 0 and f["edit_ins_content"] == 0
     assert kind("Explain tides.", "Please explain tides.") == "request form"
+
+
+@pytest.mark.parametrize("a,b", [
+    ("When was the bridge built?", "In what year was the bridge built?"),
+    ("Who designed the logo?", "Which designer created the logo?"),
+    ("How tall is the tower?", "What is the height of the tower?"),
+])
+def test_question_word_asked_another_way_is_not_a_change(a: str, b: str) -> None:
+    f = feat(a, b)
+    assert f["edit_wh"] == 0 and f["edit_constraint_time"] == 0 and f["edit_constraint_person"] == 0
+
+
+def test_greeting_and_thanks_are_request_frame() -> None:
+    e = analyse("How do I reset my router?", "Hello, how do I reset my router? Thank you in advance.")
+    assert e.kind == "request form"
+    assert e.as_dict()["edit_ins_content"] == 0
+    assert kind("I cannot log in.", "I can't log in.") == "contraction or spelling"
+
+
+def test_future_tense() -> None:
+    assert feat("Was it raining in Oslo?", "Will it rain in Oslo?")["edit_tense"] == 1
 
 
 def test_paraphrase_with_synonym_and_inflection_names_no_content_change() -> None:
