@@ -62,11 +62,13 @@ _SPELLING = ((r"our(?=(s|ed|ing|ite|ites|able|ful|less)?\b)", "or"), (r"(?<=[^ae
 
 _QUOTED = re.compile(r"```.*?```|`[^`\n]+`|\"[^\"\n]+\"|\u201c[^\u201d\n]+\u201d|\u2018[^\u2019\n]+\u2019"
                      r"|(?<![\w'])'[^'\n]+'(?![\w])", re.S)
-_CODE_RUN = re.compile(r"\S*(?:[\[\]{}<>=*^$|\\#@~_]|\w\(|::|->|[a-z][A-Z]|\w\.\w)\S*")
+_CHUNK = re.compile(r"\S+")
+# a chunk of non-space text is code when it holds one of these (searched per chunk: linear time)
+_CODE_MARK = re.compile(r"[\[\]{}<>=*^$|\\#@~_]|\w\(|::|->|[a-z][A-Z]|\w\.\w")
 _WORD = re.compile(r"\d+(?:[.,:]\d+)*(?:st|nd|rd|th|s)?|[^\W\d_]+(?:['\u2019\-][^\W\d_]+)*|[^\w\s]")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Token:
     raw: str  # as written (case kept)
     low: str  # lower case, contraction expanded
@@ -83,9 +85,16 @@ def spelling_key(w: str) -> str:
 
 
 def protected_spans(text: str) -> list[tuple[int, int]]:
-    spans = [m.span() for m in _QUOTED.finditer(text)]
-    for m in _CODE_RUN.finditer(text):
-        if not any(s <= m.start() < e for s, e in spans):
+    """Sorted (start, end) of quoted text, backticked code and unquoted code-like chunks."""
+    quoted = [m.span() for m in _QUOTED.finditer(text)]
+    spans = list(quoted)
+    q = 0
+    for m in _CHUNK.finditer(text):
+        while q < len(quoted) and quoted[q][1] <= m.start():
+            q += 1
+        if q < len(quoted) and quoted[q][0] <= m.start() < quoted[q][1]:
+            continue
+        if _CODE_MARK.search(m.group(0)):
             end = m.end()
             while end > m.start() + 1 and text[end - 1] in ".,?!":
                 end -= 1  # sentence punctuation after the code is not code
@@ -106,9 +115,12 @@ def tokenize(text: str) -> list[Token]:
     structured = is_structured(text)
     out: list[Token] = []
     prev_end_punct = True
+    k = 0
     for m in _WORD.finditer(text):
         raw = m.group(0)
-        prot = structured or any(s <= m.start() < e for s, e in spans)
+        while k < len(spans) and spans[k][1] <= m.start():
+            k += 1  # spans are sorted and tokens come in order: one walk over both
+        prot = structured or (k < len(spans) and spans[k][0] <= m.start())
         low = raw.casefold().replace("\u2019", "'")
         initial = prev_end_punct and raw[0].isalnum()
         if raw[0].isalnum():
@@ -212,9 +224,10 @@ def polite_sentences(w: list[Token], unmatched: list[int]) -> set[int]:
     ("Hello!", "Thank you in advance."): the frame of the request, not its content."""
     out: set[int] = set()
     sentence: list[int] = []
+    unmatched_set = set(unmatched)
     for i in range(len(w) + 1):
         if i == len(w) or (w[i].initial and sentence):
-            if (len(sentence) <= 5 and all(k in unmatched for k in sentence)
+            if (len(sentence) <= 5 and all(k in unmatched_set for k in sentence)
                     and any(w[k].low in POLITENESS for k in sentence) and not any(w[k].low in WH for k in sentence)):
                 out.update(sentence)
             sentence = []
@@ -231,19 +244,22 @@ def wh_equivalents(lex: "Lexicon", wa: list[Token], wb: list[Token], ua: list[in
     kinds = {"when": "time", "where": "place", "who": "person"}
     out_a: set[int] = set()
     out_b: set[int] = set()
-    for (w, u, out), (w2, u2, out2) in (((wa, ua, out_a), (wb, ub, out_b)),
-                                        ((wb, ub, out_b), (wa, ua, out_a))):
+    if len(ua) > 64 or len(ub) > 64:
+        return out_a, out_b  # a question asked two ways is short; long rewrites are not this
+    sa, sb = set(ua), set(ub)
+    for (w, u, us, out), (w2, u2, us2, out2) in (((wa, ua, sa, out_a), (wb, ub, sb, out_b)),
+                                                ((wb, ub, sb, out_b), (wa, ua, sa, out_a))):
         for i in u:
             if w[i].low not in ("what", "which"):
                 continue
-            nxt = w[i + 1].low if i + 1 in u else ""  # "which artist", "what year"
+            nxt = w[i + 1].low if i + 1 in us else ""  # "which artist", "what year"
             for j in u2:
                 q = w2[j].low
                 if kinds.get(q) and nxt and lex.semantic_class(nxt) == kinds[q]:
                     out.update((i, i + 1))
                     out2.add(j)
                     break
-                adj = w2[j + 1].low if q == "how" and j + 1 in u2 else ""  # "how tall" / "what ... height"
+                adj = w2[j + 1].low if q == "how" and j + 1 in us2 else ""  # "how tall" / "what ... height"
                 noun = next((k for k in u if adj and lex.relation(adj, w[k].low) == "derived"), None)
                 if noun is not None:
                     out.update((i, noun))

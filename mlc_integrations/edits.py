@@ -29,6 +29,7 @@ from __future__ import annotations
 import difflib
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Optional
 
 import numpy as np
@@ -62,7 +63,11 @@ from .edit_text import (
 )
 from .lexicon import Lexicon
 
-_MAX_DISCORDANT = 64  # enough to tell a swap from a moved block; bounds the work on long texts
+# Bounds on the work per pair, so that a pasted document costs milliseconds, not seconds:
+_MAX_DISCORDANT = 64  # discordant word pairs examined: enough to tell a swap from a moved block
+_MAX_UNITS = 48  # unmatched content words per side compared through the lexicon (the rest: insertions)
+_MAX_ORDERED = 128  # matched content words whose order is compared
+_LONG_MIDDLE = 200  # tokens: beyond this, difflib's junk heuristic keeps the alignment fast
 
 # ---------------------------------------------------------------------------- features
 EDIT_FEATURE_NAMES: tuple[str, ...] = (
@@ -131,6 +136,8 @@ class EditAnalyser:
 
     def __init__(self, lexicon: Optional[Lexicon] = None) -> None:
         self._lexicon = lexicon
+        # A stored request is compared with many new ones: its tokens are computed once.
+        self._tokenize = lru_cache(maxsize=4096)(lambda text: tuple(tokenize(text)))
 
     @property
     def lexicon(self) -> Lexicon:
@@ -151,7 +158,7 @@ class EditAnalyser:
         if surface == "identical":
             f[_F["edit_identical"]] = 1.0
             return EditAnalysis("identical", "", f)
-        ta, tb = tokenize(a), tokenize(b)
+        ta, tb = self._tokenize(a), self._tokenize(b)
         wa, wb = [t for t in ta if is_wordlike(t)], [t for t in tb if is_wordlike(t)]
         pa, pb = [t.low for t in ta if not is_wordlike(t)], [t.low for t in tb if not is_wordlike(t)]
         f[_F["edit_punct_changes"]] = sum(((Counter(pa) - Counter(pb)) + (Counter(pb) - Counter(pa))).values())
@@ -162,6 +169,33 @@ class EditAnalyser:
             f[_F["edit_case_changes"]] = sum(x.raw != y.raw for x, y in zip(wa, wb))
             return EditAnalysis(surface, "", f)
         return _Alignment(self.lexicon, wa, wb, f, prot, prot_soft).run()
+
+
+def _align(a: list[str], b: list[str]) -> tuple[dict[int, int], list[int], list[int]]:
+    """Token alignment: (matched a index -> b index, unmatched a indices, unmatched b
+    indices). The shared prefix and suffix are matched first (a long shared context with
+    a small edit is the common case); difflib aligns the middle, treating very frequent
+    tokens as junk only when the middle is long (its exact search is quadratic there)."""
+    n, m = len(a), len(b)
+    pre = 0
+    while pre < min(n, m) and a[pre] == b[pre]:
+        pre += 1
+    suf = 0
+    while suf < min(n, m) - pre and a[n - 1 - suf] == b[m - 1 - suf]:
+        suf += 1
+    match = {k: k for k in range(pre)}
+    match.update({n - 1 - k: m - 1 - k for k in range(suf)})
+    ua: list[int] = []
+    ub: list[int] = []
+    mid_a, mid_b = a[pre:n - suf], b[pre:m - suf]
+    sm = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=max(len(mid_a), len(mid_b)) > _LONG_MIDDLE)
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        if op == "equal":
+            match.update({pre + i1 + k: pre + j1 + k for k in range(i2 - i1)})
+        else:
+            ua.extend(range(pre + i1, pre + i2))
+            ub.extend(range(pre + j1, pre + j2))
+    return match, ua, ub
 
 
 class _Alignment:
@@ -178,16 +212,7 @@ class _Alignment:
 
     def run(self) -> EditAnalysis:
         wa, wb, f = self.wa, self.wb, self.f
-        sm = difflib.SequenceMatcher(None, [t.low for t in wa], [t.low for t in wb], autojunk=False)
-        match: dict[int, int] = {}
-        ua: list[int] = []
-        ub: list[int] = []
-        for op, i1, i2, j1, j2 in sm.get_opcodes():
-            if op == "equal":
-                match.update({i1 + k: j1 + k for k in range(i2 - i1)})
-            else:
-                ua.extend(range(i1, i2))
-                ub.extend(range(j1, j2))
+        match, ua, ub = _align([t.low for t in wa], [t.low for t in wb])
         f[_F["edit_case_changes"]] = sum(wa[i].raw != wb[j].raw and not (wa[i].initial or wb[j].initial)
                                          and not wa[i].protected for i, j in match.items())
         f[_F["edit_changed_fraction"]] = (len(ua) + len(ub)) / max(len(wa) + len(wb), 1)
@@ -198,6 +223,9 @@ class _Alignment:
         self._function_words(ua, ub, frame_a, frame_b, same_a, same_b)
         ca = [i for i in ua if self._content(wa[i]) and i not in frame_a | same_a]
         cb = [j for j in ub if self._content(wb[j]) and j not in frame_b | same_b]
+        overflow = max(len(ca) - _MAX_UNITS, 0) + max(len(cb) - _MAX_UNITS, 0)
+        ca, cb = ca[:_MAX_UNITS], cb[:_MAX_UNITS]
+        f[_F["edit_ins_content"]] += overflow
         self._moves(ca, cb, match)  # same word elsewhere: a reordering, not an edit of content
         self._substitutions(ca, cb, match)
         self._order(match)
@@ -415,7 +443,7 @@ class _Alignment:
         """Pairs of content words whose order flipped: a swap when the words between
         them are the same on both sides, else a moved block."""
         wa, wb, f = self.wa, self.wb, self.f
-        pairs = sorted((i, j) for i, j in match.items() if self._content(wa[i]))
+        pairs = sorted((i, j) for i, j in match.items() if self._content(wa[i]))[:_MAX_ORDERED]
         fn = lambda w, lo, hi: [t.low for t in w[lo + 1:hi] if not self._content(t)]  # noqa: E731
         moved = directional = symmetric = 0
         swapped: tuple[str, str] = ("", "")

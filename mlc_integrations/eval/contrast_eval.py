@@ -80,6 +80,12 @@ def cmd_before(args: argparse.Namespace) -> None:
     print("|---|---|---|")
     for name, m in settings:
         print(summary_rows(name, m, y))
+    sources = np.asarray([r.get("source", "template") for r in rows])
+    print("\n| engine at defaults today, by source of the pairs | answer-changing reused | same-answer reused |")
+    print("|---|---|---|")
+    for src in ("template", "natural", "issue"):
+        m = sources == src
+        print(f"| {src} | {_rate(exact | l1, m & (y == 0))} | {_rate(exact | l1, m & (y == 1))} |")
     print("\n| kind | same answer | pairs | cosine median | verifier p median | reused: L1 verifier | "
           "reused: engine today |")
     print("|---|---|---|---|---|---|---|")
@@ -168,9 +174,12 @@ def _tuned_threshold(p: np.ndarray, cos: np.ndarray, y: np.ndarray, src: np.ndar
 
 def _features(train: tv.PairSet, q_te: tv.PairSet, s_te: tv.PairSet, cache: Path) -> dict[str, np.ndarray]:
     """Cosines, the 24 signals (IDF from the training texts) and the edit features of
-    the three pair sets, cached on disk (keyed by the texts and the code's feature names)."""
-    key = hashlib.sha256(json.dumps([train.a, train.b, q_te.a, s_te.a, s_te.b, list(SIGNAL_NAMES),
-                                     list(EDIT_FEATURE_NAMES)]).encode()).hexdigest()[:16]
+    the three pair sets, cached on disk (keyed by the texts, the feature code and the lexicon)."""
+    from .. import edit_text, edits, lexicon, verify
+
+    code = [Path(m.__file__).read_bytes().hex() for m in (edits, edit_text, lexicon, verify)]  # type: ignore[arg-type]
+    code.append(hashlib.sha256(lexicon.DEFAULT_LEXICON_PATH.read_bytes()).hexdigest())
+    key = hashlib.sha256(json.dumps([train.a, train.b, q_te.a, s_te.a, s_te.b, code]).encode()).hexdigest()[:16]
     path = cache / f"contrast-features-{key}.npz"
     if path.exists():
         return dict(np.load(path))
@@ -216,13 +225,24 @@ def cmd_experiment(args: argparse.Namespace) -> None:
     reach = (cos_ste >= DEFAULT_L1_THRESHOLD)
     print(f"Suite test pairs the retrieval threshold lets through at all: answer-changing "
           f"{_rate(reach, ys == 0)}, same-answer {_rate(reach, ys == 1)} (the ceiling of reuse).\n")
-    shipped = Verifier.default()
-    results: dict[str, dict[str, Any]] = {"shipped default `full` (trained on all of qqp_val: qqp in-sample)": {
-        "pq": shipped.probabilities(list(zip(q_te.a, q_te.b)), cos_qte),
-        "ps": shipped.probabilities(list(zip(s_te.a, s_te.b)), cos_ste)}}
+    results: dict[str, dict[str, Any]] = {}
+    if "shipped" in args.variants:
+        shipped = Verifier.default()
+        results["shipped default `full` (trained on all of qqp_val: qqp in-sample)"] = {
+            "pq": shipped.probabilities(list(zip(q_te.a, q_te.b)), cos_qte),
+            "ps": shipped.probabilities(list(zip(s_te.a, s_te.b)), cos_ste)}
+    if "qqp_only" in args.variants:
+        # Quora rows only, no suite or easy-vqa: the shipped recipe under the question split by itself
+        q_rows = train.source == "qqp"
+        model, oof = _fit_oof(f["x_tr"][q_rows], train.y[q_rows], train.w[q_rows], strata[q_rows], list(SIGNAL_NAMES))
+        cx, cy = tv.isotonic(oof, train.y[q_rows], train.w[q_rows])
+        results["24 signals, retrained on the qqp training rows only"] = {
+            "pq": np.interp(model.decision_function(f["x_qte"]), cx, cy),
+            "ps": np.interp(model.decision_function(f["x_ste"]), cx, cy), "raw_q": model.decision_function(f["x_qte"])}
     sets = [("24 signals", list(SIGNAL_NAMES), f["x_tr"], f["x_qte"], f["x_ste"]),
             (f"24 signals + {len(EDIT_FEATURE_NAMES)} edit features", list(SIGNAL_NAMES) + list(EDIT_FEATURE_NAMES),
              np.c_[f["x_tr"], f["e_tr"]], np.c_[f["x_qte"], f["e_qte"]], np.c_[f["x_ste"], f["e_ste"]])]
+    sets = [st for st, v in zip(sets, ("signals", "edits")) if v in args.variants]
     for name, feats, xtr, xq, xs in sets:
         t0 = time.perf_counter()
         model, oof = _fit_oof(xtr, train.y, train.w, strata, feats)
@@ -254,7 +274,7 @@ def cmd_experiment(args: argparse.Namespace) -> None:
         sc = np.where(cos_qte >= DEFAULT_L1_THRESHOLD, sc, -1e9)
         op = tv.operating_point(sc, q_te.y, 0.93)
         print(f"| {name} | {average_precision_score(q_te.y, sc):.3f} | {op['recall']:.3f} |")
-    name = sets[-1][0] + ", retrained, isotonic on all training rows"
+    name = next(n for n in reversed(list(results)) if "isotonic on all" in n or "only" in n)
     ps = results[name]["ps"]
     used = (ps >= DEFAULT_MIN_PRECISION) & reach
     print(f"\n### Suite test per kind, `{name}` at threshold {DEFAULT_MIN_PRECISION}\n")
@@ -303,6 +323,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     e.add_argument("--qqp-test-fraction", type=float, default=0.3)
     e.add_argument("--easyvqa-weight", type=float, default=1.0)
     e.add_argument("--suite-weight", type=float, default=1.0, help="suite train total weight relative to qqp")
+    e.add_argument("--variants", nargs="+", default=["shipped", "qqp_only", "signals", "edits"],
+                   choices=["shipped", "qqp_only", "signals", "edits"])
     e.add_argument("--show", action="store_true")
     e.set_defaults(fn=cmd_experiment)
     la = sub.add_parser("latency", help="edit analysis cost per pair")
