@@ -23,7 +23,7 @@ import gzip
 import json
 import logging
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
@@ -59,6 +59,7 @@ _UNATTESTED_PENALTY = 4
 _MAX_SENSES = 12  # per lemma and part of speech: the tail is rare senses
 _HYPERNYM_DEPTH = 4  # "dog" -> "domestic animal" -> "animal": 2 steps
 _CONTRAST_DEPTH = 2  # co-hyponyms share a non-general hypernym within 2 steps of both
+_PROFILE_MAX_COST = 8  # relations through rarer senses than this are not looked for
 _PRIORITY = {k: i for i, k in enumerate(RELATIONS)}
 
 
@@ -69,6 +70,42 @@ class Relation:
 
     kind: str
     cost: int = 0
+
+
+_NONE = 1 << 30  # "no such relation" in cost comparisons
+
+
+@dataclass
+class _Profile:
+    """Synset -> cheapest sense cost maps of one word (see ``Lexicon._profile_uncached``)."""
+
+    senses: dict[int, int] = field(default_factory=dict)
+    heads: dict[int, int] = field(default_factory=dict)
+    antonyms: dict[int, int] = field(default_factory=dict)
+    attributes: dict[int, int] = field(default_factory=dict)
+    derived: dict[int, int] = field(default_factory=dict)
+    ancestors: dict[int, int] = field(default_factory=dict)
+    contrast: dict[int, int] = field(default_factory=dict)
+
+
+def _put(d: dict[int, int], key: int, cost: int) -> None:
+    if cost < d.get(key, _NONE):
+        d[key] = cost
+
+
+def _meet(x: dict[int, int], y: dict[int, int]) -> int:
+    """Cheapest summed cost over the keys two maps share (``_NONE`` if none)."""
+    if len(x) > len(y):
+        x, y = y, x
+    return min((c + y[k] for k, c in x.items() if k in y), default=_NONE)
+
+
+def _adjacency(pairs: Any) -> dict[int, tuple[int, ...]]:
+    adj: dict[int, list[int]] = {}
+    for a, b in pairs:
+        adj.setdefault(a, []).append(b)
+        adj.setdefault(b, []).append(a)
+    return {k: tuple(v) for k, v in adj.items()}
 
 
 class LexiconFormatError(ValueError):
@@ -99,6 +136,8 @@ class Lexicon:
         self._antonyms = set(self._direct_antonyms)
         self._antonyms |= {(int(a), int(b)) for a, b in data["derived_antonyms"]}
         self._derivation = frozenset((int(a), int(b)) for a, b in data.get("derivation", ()))
+        self._antonym_of = _adjacency(self._antonyms)
+        self._derived_of = _adjacency(self._derivation)
         self._proper = frozenset(int(i) for i in data["proper"])
         self._capitalized = frozenset(int(i) for i in data.get("capitalized", ()))
         self._general = frozenset(int(i) for i in data["general"])
@@ -109,6 +148,7 @@ class Lexicon:
         self.lemmatize = lru_cache(maxsize=65536)(self._lemmatize)  # type: ignore[method-assign]
         self.senses = lru_cache(maxsize=65536)(self._senses)  # type: ignore[method-assign]
         self._ancestors = lru_cache(maxsize=65536)(self._ancestors_uncached)
+        self._profile = lru_cache(maxsize=65536)(self._profile_uncached)
         self._relation = lru_cache(maxsize=131072)(self._relation_uncached)
 
     # ------------------------------------------------------------- loading
@@ -293,57 +333,30 @@ class Lexicon:
         """An adjective synset and the cluster head(s) it is a satellite of."""
         return (sid,) + self._similar.get(sid, ())
 
-    def _antonymous(self, x: int, y: int) -> int:
-        """0 direct antonyms, 1 through a cluster head (indirect), -1 not antonyms."""
-        if (min(x, y), max(x, y)) in self._antonyms:
-            return 0
-        for hx in self._heads(x):
-            for hy in self._heads(y):
-                if (min(hx, hy), max(hx, hy)) in self._antonyms:
-                    return 1
-        return -1
-
-    def _pair_kind(self, x: int, y: int) -> Optional[tuple[str, int]]:
-        """The relation of two synsets (and its extra cost), None if none applies."""
-        if x == y:
-            return "synonym", 0
-        anti = self._antonymous(x, y)
-        if anti >= 0:
-            return "antonym", anti
-        px, py = self._pos[x], self._pos[y]
-        if px != py:
-            if (min(x, y), max(x, y)) in self._derivation:
-                return "derived", 0
-            # an adjective and the attribute it is a value of: "tall"/"height"
-            for adj, noun in ((x, y), (y, x)):
-                if self._pos[adj] == "a" and any(noun in self._attribute.get(h, ()) for h in self._heads(adj)):
-                    return "derived", 0
-            return None
-        if px == "a":
-            hx, hy = self._heads(x), self._heads(y)
-            if x in hy or y in hx:
-                return "similar", 0  # a satellite and its head: "huge"/"large"
-            if set(hx) & set(hy):
-                # Two satellites of one head are one step further apart, and often
-                # contrasting values ("red"/"blue" under "chromatic"): a cheaper
-                # relation through another sense wins.
-                return "similar", 1
-            ax = {a for h in hx for a in self._attribute.get(h, ())}
-            if ax and ax & {a for h in hy for a in self._attribute.get(h, ())}:
-                return "cohyponym", 0
-            return None
-        if px not in "nv":
-            return None
-        anc_x, anc_y = self._ancestors(x), self._ancestors(y)
-        if y in anc_x:
-            return "hypernym", anc_x[y] - 1
-        if x in anc_y:
-            return "hyponym", anc_y[x] - 1
-        shared = [h for h, d in anc_x.items()
-                  if d <= _CONTRAST_DEPTH and anc_y.get(h, 99) <= _CONTRAST_DEPTH and h not in self._general]
-        if shared:
-            return "cohyponym", 0
-        return None
+    def _profile_uncached(self, word: str) -> "_Profile":
+        """Everything a relation needs about one word, as synset -> cheapest cost maps:
+        a relation is then a few dictionary intersections, not a loop over sense pairs."""
+        pr = _Profile()
+        for x, c in self.senses(word):
+            if c > _PROFILE_MAX_COST:
+                break  # senses are cheapest first; the rare tail would only add costly relations
+            _put(pr.senses, x, c)
+            heads = self._similar.get(x, ())
+            for h in heads:
+                _put(pr.heads, h, c)
+            for k, node in enumerate((x,) + heads):  # antonyms of a cluster head are indirect: +1
+                for y in self._antonym_of.get(node, ()):
+                    _put(pr.antonyms, y, c + min(k, 1))
+                for att in self._attribute.get(node, ()):
+                    _put(pr.attributes, att, c)
+            for y in self._derived_of.get(x, ()):
+                _put(pr.derived, y, c)
+            if self._pos[x] in "nv":
+                for h, d in self._ancestors(x).items():
+                    _put(pr.ancestors, h, c + d - 1)
+                    if d <= _CONTRAST_DEPTH and h not in self._general:
+                        _put(pr.contrast, h, c)
+        return pr
 
     def _relation_uncached(self, a: str, b: str) -> Relation:
         ka, kb = _key(a), _key(b)
@@ -354,18 +367,28 @@ class Lexicon:
             return Relation("unknown")
         if {lem for _, lem in la} & {lem for _, lem in lb}:
             return Relation("same")
-        best: Optional[Relation] = None
-        for x, cx in self.senses(ka):
-            for y, cy in self.senses(kb):
-                if best is not None and cx + cy > best.cost:
-                    break
-                r = self._pair_kind(x, y)
-                if r is None:
-                    continue
-                cand = Relation(r[0], cx + cy + r[1])
-                if best is None or (cand.cost, _PRIORITY[cand.kind]) < (best.cost, _PRIORITY[best.kind]):
-                    best = cand
-        return best or Relation("unrelated")
+        pa, pb = self._profile(ka), self._profile(kb)
+        targets_b = dict(pb.senses)  # an antonym of b itself (0) or of its cluster head (+1)
+        for h, c in pb.heads.items():
+            _put(targets_b, h, c + 1)
+        cands = [
+            ("synonym", _meet(pa.senses, pb.senses)),
+            ("antonym", _meet(pa.antonyms, targets_b)),
+            # a satellite and its head ("huge"/"large"); two satellites of one head are one
+            # step further apart, and often contrasting values ("red"/"blue" under "chromatic")
+            ("similar", min(_meet(pa.senses, pb.heads), _meet(pb.senses, pa.heads), _meet(pa.heads, pb.heads) + 1)),
+            # one concept in another word class; an adjective and its attribute ("tall"/"height")
+            ("derived", min(_meet(pa.derived, pb.senses), _meet(pa.attributes, pb.senses),
+                            _meet(pb.attributes, pa.senses))),
+            ("hypernym", _meet(pa.ancestors, pb.senses)),
+            ("hyponym", _meet(pb.ancestors, pa.senses)),
+            ("cohyponym", min(_meet(pa.contrast, pb.contrast), _meet(pa.attributes, pb.attributes) + 1)),
+        ]
+        found = [(cost, _PRIORITY[kind], kind) for kind, cost in cands if cost < _NONE]
+        if not found:
+            return Relation("unrelated")
+        cost, _, kind = min(found)
+        return Relation(kind, int(cost))
 
     def relation_detail(self, a: str, b: str) -> Relation:
         """:func:`relation` with the sense cost it was found at (cached)."""
