@@ -258,10 +258,11 @@ def cmd_experiment(args: argparse.Namespace) -> None:
           "qqp held-out: precision / recall (natural) |")
     print("|---|---|---|---|---|")
     for name, r in results.items():
-        ts = list(THRESHOLDS) + ([r["tuned"]] if r.get("tuned") is not None else [])
+        tuned = r.get("tuned")
+        ts = sorted(set(THRESHOLDS) | ({tuned} if tuned is not None else set()))
         for t in ts:
             used = (r["ps"] >= t) & reach
-            tag = f"**{t:.2f}** (tuned on train)" if t == r.get("tuned") and t not in THRESHOLDS else f"{t}"
+            tag = f"**{t:.2f}** (tuned on train)" if t == tuned else f"{t}"
             print(f"| {name} | {tag} | {_rate(used, ys == 0)} | {_rate(used, ys == 1)} | "
                   f"{_fmt(_qqp_point(r['pq'], cos_qte, q_te.y, t))} |")
     print("\n### Held-out qqp: ranking quality and recall at precision 0.93 (natural; pairs under the retrieval "
