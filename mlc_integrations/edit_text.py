@@ -10,6 +10,7 @@ import re
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
@@ -55,10 +56,11 @@ _NT_BASE = {"ca": "can", "wo": "will", "sha": "shall", "ai": "is"}
 # 's is "is" after these (what's, it's, there's), a possessive elsewhere (cat's)
 _S_IS = frozenset("it he she that there here what who where how when why which this".split())
 
-# British/American and other spelling variants: orthographic rules, both ways.
-_SPELLING = ((r"our(?=(s|ed|ing|ite|ites|able|ful|less)?\b)", "or"), (r"(?<=[^aeiou])re\b", "er"), (r"is(e|ed|es|ing|ation)\b", r"iz\1"),
-             (r"ys(e|ed|es|ing)\b", r"yz\1"), (r"ogue\b", "og"), (r"ll(ed|ing|er)\b", r"l\1"), (r"ae", "e"),
-             (r"oe", "e"))
+# British/American and other spelling variants: orthographic rules, applied to both words.
+_SPELLING = tuple((re.compile(pat), rep) for pat, rep in (
+    (r"our(?=(s|ed|ing|ite|ites|able|ful|less)?\b)", "or"), (r"(?<=[^aeiou])re\b", "er"),
+    (r"is(e|ed|es|ing|ation)\b", r"iz\1"), (r"ys(e|ed|es|ing)\b", r"yz\1"), (r"ogue\b", "og"),
+    (r"ll(ed|ing|er)\b", r"l\1"), (r"ae", "e"), (r"oe", "e")))
 
 _QUOTED = re.compile(r"```.*?```|`[^`\n]+`|\"[^\"\n]+\"|\u201c[^\u201d\n]+\u201d|\u2018[^\u2019\n]+\u2019"
                      r"|(?<![\w'])'[^'\n]+'(?![\w])", re.S)
@@ -77,10 +79,11 @@ class Token:
     initial: bool  # first word of a sentence
 
 
+@lru_cache(maxsize=65536)
 def spelling_key(w: str) -> str:
     """A key equal for spelling variants of one word (colour/color, organise/organize)."""
     for pat, rep in _SPELLING:
-        w = re.sub(pat, rep, w)
+        w = pat.sub(rep, w)
     return w
 
 

@@ -65,7 +65,7 @@ from .lexicon import Lexicon
 
 # Bounds on the work per pair, so that a pasted document costs milliseconds, not seconds:
 _MAX_DISCORDANT = 64  # discordant word pairs examined: enough to tell a swap from a moved block
-_MAX_UNITS = 48  # unmatched content words per side compared through the lexicon (the rest: insertions)
+_MAX_UNITS = 16  # unmatched content words per side compared through the lexicon (the rest: insertions)
 _MAX_ORDERED = 128  # matched content words whose order is compared
 _LONG_MIDDLE = 200  # tokens: beyond this, difflib's junk heuristic keeps the alignment fast
 

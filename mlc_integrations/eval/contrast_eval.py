@@ -295,8 +295,23 @@ def cmd_experiment(args: argparse.Namespace) -> None:
 
 
 def cmd_latency(args: argparse.Namespace) -> None:
+    import re
+
+    from ..lexicon import Lexicon
+
+    t0 = time.perf_counter()
+    lex = Lexicon.load()
+    print(f"lexicon load (from the package): {time.perf_counter() - t0:.2f} s")
     rows = load(Path(args.suite))
     qqp = tv.load_qqp(Path(args.data_dir))
+    words = [w for t in qqp.a[:args.n] for w in re.findall(r"[a-z]+", t.lower())]
+    word_pairs = list(zip(words[::2], words[1::2]))[:args.n]
+    for label in ("first call", "cached"):
+        t0 = time.perf_counter()
+        for x, z in word_pairs:
+            lex.relation(x, z)
+        print(f"lexicon relation, {label} ({len(word_pairs)} word pairs from qqp_val questions): "
+              f"{(time.perf_counter() - t0) / len(word_pairs) * 1e6:.1f} µs per pair")
     pairs = [(r["a"], r["b"]) for r in rows] + list(zip(qqp.a[:args.n], qqp.b[:args.n]))
     for a, b in pairs[:50]:
         analyse(a, b)
