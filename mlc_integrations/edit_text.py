@@ -1,11 +1,12 @@
 """Text side of the edit analysis (:mod:`mlc_integrations.edits`): English closed word
 classes, a tokenizer that keeps case, expands contractions and marks quoted text, code
-and structured data, the surface comparisons (case, spacing, punctuation, Unicode
+and structured data, the token alignment, the surface comparisons (case, spacing, punctuation, Unicode
 forms) that need no alignment, and the words that frame a request rather than make its
 content ("could you", "thanks", "in what year" for "when")."""
 
 from __future__ import annotations
 
+import difflib
 import re
 import unicodedata
 from collections import Counter
@@ -209,6 +210,36 @@ def protected_diff(a: str, b: str) -> tuple[int, int]:
         return changed, soft
     ca, cb = Counter(sa), Counter(sb)
     return sum(((ca - cb) + (cb - ca)).values()), 0
+
+
+_LONG_MIDDLE = 200  # tokens: beyond this, difflib's junk heuristic keeps the alignment fast
+
+
+def align_tokens(a: list[str], b: list[str]) -> tuple[dict[int, int], list[int], list[int]]:
+    """Token alignment: (matched a index -> b index, unmatched a indices, unmatched b
+    indices). The shared prefix and suffix are matched first (a long shared context with
+    a small edit is the common case); difflib aligns the middle, treating very frequent
+    tokens as junk only when the middle is long (its exact search is quadratic there)."""
+    n, m = len(a), len(b)
+    pre = 0
+    while pre < min(n, m) and a[pre] == b[pre]:
+        pre += 1
+    suf = 0
+    while suf < min(n, m) - pre and a[n - 1 - suf] == b[m - 1 - suf]:
+        suf += 1
+    match = {k: k for k in range(pre)}
+    match.update({n - 1 - k: m - 1 - k for k in range(suf)})
+    ua: list[int] = []
+    ub: list[int] = []
+    mid_a, mid_b = a[pre:n - suf], b[pre:m - suf]
+    sm = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=max(len(mid_a), len(mid_b)) > _LONG_MIDDLE)
+    for op, i1, i2, j1, j2 in sm.get_opcodes():
+        if op == "equal":
+            match.update({pre + i1 + k: pre + j1 + k for k in range(i2 - i1)})
+        else:
+            ua.extend(range(pre + i1, pre + i2))
+            ub.extend(range(pre + j1, pre + j2))
+    return match, ua, ub
 
 
 # ---------------------------------------------------------------------------- request frames

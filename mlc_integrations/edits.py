@@ -26,7 +26,6 @@ verifier's model and a readable ``kind`` for explanations. Pure and deterministi
 
 from __future__ import annotations
 
-import difflib
 from collections import Counter
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -49,6 +48,7 @@ from .edit_text import (
     QUANTIFIERS,
     WH,
     Token,
+    align_tokens,
     is_structured,
     is_wordlike,
     number_value,
@@ -67,7 +67,6 @@ from .lexicon import Lexicon
 _MAX_DISCORDANT = 64  # discordant word pairs examined: enough to tell a swap from a moved block
 _MAX_UNITS = 16  # unmatched content words per side compared through the lexicon (the rest: insertions)
 _MAX_ORDERED = 128  # matched content words whose order is compared
-_LONG_MIDDLE = 200  # tokens: beyond this, difflib's junk heuristic keeps the alignment fast
 
 # ---------------------------------------------------------------------------- features
 EDIT_FEATURE_NAMES: tuple[str, ...] = (
@@ -171,33 +170,6 @@ class EditAnalyser:
         return _Alignment(self.lexicon, wa, wb, f, prot, prot_soft).run()
 
 
-def _align(a: list[str], b: list[str]) -> tuple[dict[int, int], list[int], list[int]]:
-    """Token alignment: (matched a index -> b index, unmatched a indices, unmatched b
-    indices). The shared prefix and suffix are matched first (a long shared context with
-    a small edit is the common case); difflib aligns the middle, treating very frequent
-    tokens as junk only when the middle is long (its exact search is quadratic there)."""
-    n, m = len(a), len(b)
-    pre = 0
-    while pre < min(n, m) and a[pre] == b[pre]:
-        pre += 1
-    suf = 0
-    while suf < min(n, m) - pre and a[n - 1 - suf] == b[m - 1 - suf]:
-        suf += 1
-    match = {k: k for k in range(pre)}
-    match.update({n - 1 - k: m - 1 - k for k in range(suf)})
-    ua: list[int] = []
-    ub: list[int] = []
-    mid_a, mid_b = a[pre:n - suf], b[pre:m - suf]
-    sm = difflib.SequenceMatcher(None, mid_a, mid_b, autojunk=max(len(mid_a), len(mid_b)) > _LONG_MIDDLE)
-    for op, i1, i2, j1, j2 in sm.get_opcodes():
-        if op == "equal":
-            match.update({pre + i1 + k: pre + j1 + k for k in range(i2 - i1)})
-        else:
-            ua.extend(range(pre + i1, pre + i2))
-            ub.extend(range(pre + j1, pre + j2))
-    return match, ua, ub
-
-
 class _Alignment:
     """One pair's alignment state (built and discarded per call)."""
 
@@ -212,7 +184,7 @@ class _Alignment:
 
     def run(self) -> EditAnalysis:
         wa, wb, f = self.wa, self.wb, self.f
-        match, ua, ub = _align([t.low for t in wa], [t.low for t in wb])
+        match, ua, ub = align_tokens([t.low for t in wa], [t.low for t in wb])
         f[_F["edit_case_changes"]] = sum(wa[i].raw != wb[j].raw and not (wa[i].initial or wb[j].initial)
                                          and not wa[i].protected for i, j in match.items())
         f[_F["edit_changed_fraction"]] = (len(ua) + len(ub)) / max(len(wa) + len(wb), 1)
