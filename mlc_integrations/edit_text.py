@@ -1,8 +1,8 @@
 """Text side of the edit analysis (:mod:`mlc_integrations.edits`): English closed word
 classes, a tokenizer that keeps case, expands contractions and marks quoted text, code
-and structured data, the token alignment, the surface comparisons (case, spacing, punctuation, Unicode
-forms) that need no alignment, and the words that frame a request rather than make its
-content ("could you", "thanks", "in what year" for "when")."""
+and structured data, the token alignment, the surface comparisons (case, spacing,
+punctuation, Unicode forms) that need no alignment, and the words that frame a request
+rather than make its content ("could you", "thanks", "in what year" for "when")."""
 
 from __future__ import annotations
 
