@@ -1,0 +1,354 @@
+"""How often a verifier reuses answers across the contrast/paraphrase suite, and an
+experiment: the verifier's trees retrained with the edit features appended.
+
+    python -m mlc_integrations.eval.contrast_eval before       # shipped default verifier, per kind
+    python -m mlc_integrations.eval.contrast_eval experiment   # retrain with edit features (~10 min)
+    python -m mlc_integrations.eval.contrast_eval latency      # edit analysis cost per pair
+
+"Reused" = what the engine does with the stored request ``a`` and the new request
+``b``: L0.5 serves it when the exact keys match (today: NFKC, case folded, spaces
+collapsed), L1 when the MiniLM cosine reaches the retrieval threshold (0.80) and the
+verifier's probability reaches ``min_precision`` (0.80). The experiment trains on
+Quora (a split of qqp_val by question: no question string on both sides), easy-vqa
+train pairs and the suite's train split, and reports the suite's test split and the
+held-out Quora pairs (natural class balance, each pair judged by its own label).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import statistics
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from ..edits import EDIT_FEATURE_NAMES, analyse
+from ..engine import DEFAULT_L1_THRESHOLD
+from ..request import normalize_text
+from ..verify import DEFAULT_MIN_PRECISION, SIGNAL_NAMES, Verifier, WordWeights
+from . import train_verifier as tv
+from .contrast_natural import PARAPHRASE_KINDS
+from .contrast_suite import SUITE_PATH, load
+
+# Edits whose direction is a matter of meaning: their presence can only lower the
+# probability that the stored answer is right (as the shipped model's negation,
+# number and attribute signals). The rest are left free.
+EDIT_MONOTONE = {n: -1 for n in (
+    "edit_protected_changed", "edit_protected_case_space", "edit_structure_changed", "edit_swap_directional",
+    "edit_sub_antonym", "edit_sub_cohyponym", "edit_sub_entity", "edit_number_changed", "edit_number_added",
+    "edit_negation", "edit_quantifier", "edit_modal", "edit_wh", "edit_preposition", "edit_pronoun", "edit_tense",
+    "edit_degree")}
+THRESHOLDS = (0.80, 0.85, 0.90, 0.95)
+
+
+def _suite_arrays(rows: Sequence[dict[str, Any]]) -> tuple[list[str], list[str], np.ndarray, np.ndarray]:
+    return ([r["a"] for r in rows], [r["b"] for r in rows], np.asarray([r["same_answer"] for r in rows], dtype=int),
+            np.asarray([r["kind"] for r in rows]))
+
+
+def _rate(mask: np.ndarray, sel: np.ndarray) -> str:
+    n = int(sel.sum())
+    return f"{int((mask & sel).sum())}/{n} ({(mask & sel).sum() / max(n, 1):.1%})"
+
+
+def summary_rows(name: str, reused: np.ndarray, y: np.ndarray) -> str:
+    return f"| {name} | {_rate(reused, y == 0)} | {_rate(reused, y == 1)} |"
+
+
+def cmd_before(args: argparse.Namespace) -> None:
+    rows = [r for r in load(Path(args.suite)) if r["split"] in args.splits]
+    a, b, y, kinds = _suite_arrays(rows)
+    emb = tv.EmbeddingCache(None, Path(args.cache_dir))
+    cos = emb.cosines(a, b)
+    ver = Verifier.load(args.verifier) if args.verifier else Verifier.default()
+    p = ver.probabilities(list(zip(a, b)), cos)
+    exact = np.asarray([normalize_text(x) == normalize_text(z) for x, z in zip(a, b)])
+    l1 = (cos >= DEFAULT_L1_THRESHOLD) & (p >= DEFAULT_MIN_PRECISION)
+    old = cos >= 0.95
+    settings = [("raw cosine, old default (τ=0.95, no verifier)", old),
+                ("L1 verifier at defaults (retrieval 0.80, min_precision 0.80)", l1),
+                ("L0.5 today (NFKC + case fold + spaces collapsed)", exact),
+                ("engine at defaults today (L0.5 or L1)", exact | l1)]
+    print(f"## Contrast suite, split(s) {'+'.join(args.splits)}: {len(rows)} pairs "
+          f"({int((y == 0).sum())} answer-changing, {int(y.sum())} same-answer)\n")
+    print("| setting | answer-changing pairs reused | same-answer pairs reused |")
+    print("|---|---|---|")
+    for name, m in settings:
+        print(summary_rows(name, m, y))
+    sources = np.asarray([r.get("source", "template") for r in rows])
+    print("\n| engine at defaults today, by source of the pairs | answer-changing reused | same-answer reused |")
+    print("|---|---|---|")
+    for src in ("template", "natural", "issue"):
+        m = sources == src
+        print(f"| {src} | {_rate(exact | l1, m & (y == 0))} | {_rate(exact | l1, m & (y == 1))} |")
+    print("\n| kind | same answer | pairs | cosine median | verifier p median | reused: L1 verifier | "
+          "reused: engine today |")
+    print("|---|---|---|---|---|---|---|")
+    for k in sorted(set(kinds), key=lambda k: (k in PARAPHRASE_KINDS, k)):
+        m = kinds == k
+        print(f"| {k} | {k in PARAPHRASE_KINDS} | {int(m.sum())} | {np.median(cos[m]):.3f} | {np.median(p[m]):.3f} | "
+              f"{int(l1[m].sum())} ({l1[m].mean():.0%}) | {int((exact | l1)[m].sum())} ({(exact | l1)[m].mean():.0%}) |")
+    if args.show:
+        for i in np.nonzero(l1 & (y == 0))[0]:
+            print(f"- reused wrongly ({kinds[i]}): {a[i]!r} -> {b[i]!r} cos {cos[i]:.3f} p {p[i]:.3f}")
+
+
+# ----------------------------------------------------------------------------- experiment
+def split_qqp_by_question(qqp: tv.PairSet, test_fraction: float) -> np.ndarray:
+    """True for held-out pairs: connected components of the question graph go wholly to
+    one side, so no question string appears in both."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for q1, q2 in zip(qqp.a, qqp.b):
+        ra, rb = find(q1), find(q2)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    cut = int(test_fraction * 1000)
+    return np.asarray([int(hashlib.sha1(find(q).encode()).hexdigest()[:8], 16) % 1000 < cut for q in qqp.a])
+
+
+def _suite_pairset(rows: Sequence[dict[str, Any]]) -> tv.PairSet:
+    a, b, y, _ = _suite_arrays(rows)
+    return tv.PairSet(a, b, y, np.ones(len(a)), np.asarray(["suite"] * len(a)))
+
+
+def _edit_matrix(pairs: tv.PairSet) -> np.ndarray:
+    return np.stack([analyse(x, z).features for x, z in zip(pairs.a, pairs.b)])
+
+
+def _gbdt(features: Sequence[str]) -> Any:
+    from sklearn.ensemble import HistGradientBoostingClassifier
+
+    mono = {**tv.MONOTONE, **EDIT_MONOTONE}
+    return HistGradientBoostingClassifier(monotonic_cst=[mono.get(f, 0) for f in features], random_state=tv.SEED,
+                                          early_stopping=False, **tv.GBDT_PARAMS)
+
+
+def _fit_oof(x: np.ndarray, y: np.ndarray, w: np.ndarray, strata: np.ndarray,
+             features: Sequence[str]) -> tuple[Any, np.ndarray]:
+    """Trees on all rows and 5-fold out-of-fold raw scores of every row (the shipped recipe)."""
+    from sklearn.model_selection import StratifiedKFold
+
+    oof = np.zeros(len(y))
+    for tr, te in StratifiedKFold(n_splits=5, shuffle=True, random_state=tv.SEED).split(x, strata):
+        oof[te] = _gbdt(features).fit(x[tr], y[tr], sample_weight=w[tr]).decision_function(x[te])
+    return _gbdt(features).fit(x, y, sample_weight=w), oof
+
+
+def _qqp_point(p: np.ndarray, cos: np.ndarray, y: np.ndarray, t: float) -> tuple[float, float]:
+    acc = (p >= t) & (cos >= DEFAULT_L1_THRESHOLD)
+    tp, fp = int((acc & (y == 1)).sum()), int((acc & (y == 0)).sum())
+    return (tp / (tp + fp) if tp + fp else float("nan")), tp / max(int(y.sum()), 1)
+
+
+def _fmt(pr: tuple[float, float]) -> str:
+    return f"{pr[0]:.3f} / {pr[1]:.3f}"
+
+
+def _tuned_threshold(p: np.ndarray, cos: np.ndarray, y: np.ndarray, src: np.ndarray, max_wrong: float,
+                     min_qqp_precision: float) -> Optional[float]:
+    """Lowest threshold at which the training rows' out-of-fold scores keep the suite's
+    answer-changing reuse <= ``max_wrong`` and Quora precision >= ``min_qqp_precision``."""
+    reach = cos >= DEFAULT_L1_THRESHOLD
+    s, q = src == "suite", src == "qqp"
+    for t in np.round(np.arange(0.50, 1.0, 0.01), 2):
+        acc = reach & (p >= t)
+        wrong = (acc & s & (y == 0)).sum() / max(int((s & (y == 0)).sum()), 1)
+        prec, _ = _qqp_point(np.where(q, p, -1.0), cos, y, t)
+        if wrong <= max_wrong and prec >= min_qqp_precision:
+            return float(t)
+    return None
+
+
+def _features(train: tv.PairSet, q_te: tv.PairSet, s_te: tv.PairSet, cache: Path) -> dict[str, np.ndarray]:
+    """Cosines, the 24 signals (IDF from the training texts) and the edit features of
+    the three pair sets, cached on disk (keyed by the texts, the feature code and the lexicon)."""
+    from .. import edit_text, edits, lexicon, verify
+
+    code = [Path(m.__file__).read_bytes().hex() for m in (edits, edit_text, lexicon, verify)]  # type: ignore[arg-type]
+    code.append(hashlib.sha256(lexicon.DEFAULT_LEXICON_PATH.read_bytes()).hexdigest())
+    key = hashlib.sha256(json.dumps([train.a, train.b, q_te.a, s_te.a, s_te.b, code]).encode()).hexdigest()[:16]
+    path = cache / f"contrast-features-{key}.npz"
+    if path.exists():
+        return dict(np.load(path))
+    emb = tv.EmbeddingCache(None, cache)
+    out: dict[str, np.ndarray] = {}
+    df, n_docs = WordWeights.fit(sorted(set(train.a) | set(train.b)))
+    ww = WordWeights(df, n_docs)
+    t0 = time.perf_counter()
+    for name, ps in (("tr", train), ("qte", q_te), ("ste", s_te)):
+        out[f"cos_{name}"] = emb.cosines(ps.a, ps.b)
+        out[f"x_{name}"] = tv.signal_matrix(ps, out[f"cos_{name}"], ww)
+        out[f"e_{name}"] = _edit_matrix(ps)
+    tv._log(f"signals + edit features in {time.perf_counter() - t0:.0f}s")
+    cache.mkdir(parents=True, exist_ok=True)
+    np.savez(path, **out)
+    return out
+
+
+def cmd_experiment(args: argparse.Namespace) -> None:
+    from sklearn.metrics import average_precision_score
+
+    qqp = tv.load_qqp(Path(args.data_dir))
+    held = split_qqp_by_question(qqp, args.qqp_test_fraction)
+    sub = lambda s, m: tv.PairSet([s.a[i] for i in np.nonzero(m)[0]], [s.b[i] for i in np.nonzero(m)[0]],  # noqa: E731
+                                  s.y[m], s.w[m], s.source[m])
+    q_tr, q_te = sub(qqp, ~held), sub(qqp, held)
+    overlap = (set(q_tr.a) | set(q_tr.b)) & (set(q_te.a) | set(q_te.b))
+    assert not overlap, f"{len(overlap)} questions on both sides of the qqp split"
+    vqa = tv.easyvqa_pairs("train")
+    vqa.w = vqa.w * (len(q_tr) * args.easyvqa_weight / vqa.w.sum())
+    rows = load(Path(args.suite))
+    test_rows = [r for r in rows if r["split"] == "test"]
+    s_tr, s_te = _suite_pairset([r for r in rows if r["split"] == "train"]), _suite_pairset(test_rows)
+    s_tr.w = s_tr.w * (len(q_tr) * args.suite_weight / s_tr.w.sum())
+    train = tv.concat(q_tr, vqa, s_tr)
+    print(f"## Experiment: train = qqp_val {len(q_tr)} pairs (split by question) + easy-vqa train {len(vqa)} rows + "
+          f"suite train {len(s_tr)} (total weight {args.suite_weight} x qqp); held out: qqp {len(q_te)} pairs "
+          f"({int(q_te.y.sum())} duplicates, no question shared with train), suite test {len(s_te)}\n")
+    f = _features(train, q_te, s_te, Path(args.cache_dir))
+    cos_tr, cos_qte, cos_ste = f["cos_tr"], f["cos_qte"], f["cos_ste"]
+    strata = np.char.add(train.source.astype(str), train.y.astype(str))
+    ys, kinds = s_te.y, np.asarray([r["kind"] for r in test_rows])
+    reach = (cos_ste >= DEFAULT_L1_THRESHOLD)
+    print(f"Suite test pairs the retrieval threshold lets through at all: answer-changing "
+          f"{_rate(reach, ys == 0)}, same-answer {_rate(reach, ys == 1)} (the ceiling of reuse).\n")
+    results: dict[str, dict[str, Any]] = {}
+    if "shipped" in args.variants:
+        shipped = Verifier.default()
+        results["shipped default `full` (trained on all of qqp_val: qqp in-sample)"] = {
+            "pq": shipped.probabilities(list(zip(q_te.a, q_te.b)), cos_qte),
+            "ps": shipped.probabilities(list(zip(s_te.a, s_te.b)), cos_ste)}
+    if "qqp_only" in args.variants:
+        # Quora rows only, no suite or easy-vqa: the shipped recipe under the question split by itself
+        q_rows = train.source == "qqp"
+        model, oof = _fit_oof(f["x_tr"][q_rows], train.y[q_rows], train.w[q_rows], strata[q_rows], list(SIGNAL_NAMES))
+        cx, cy = tv.isotonic(oof, train.y[q_rows], train.w[q_rows])
+        results["24 signals, retrained on the qqp training rows only"] = {
+            "pq": np.interp(model.decision_function(f["x_qte"]), cx, cy),
+            "ps": np.interp(model.decision_function(f["x_ste"]), cx, cy), "raw_q": model.decision_function(f["x_qte"])}
+    sets = [("24 signals", list(SIGNAL_NAMES), f["x_tr"], f["x_qte"], f["x_ste"]),
+            (f"24 signals + {len(EDIT_FEATURE_NAMES)} edit features", list(SIGNAL_NAMES) + list(EDIT_FEATURE_NAMES),
+             np.c_[f["x_tr"], f["e_tr"]], np.c_[f["x_qte"], f["e_qte"]], np.c_[f["x_ste"], f["e_ste"]])]
+    sets = [st for st, v in zip(sets, ("signals", "edits")) if v in args.variants]
+    for name, feats, xtr, xq, xs in sets:
+        t0 = time.perf_counter()
+        model, oof = _fit_oof(xtr, train.y, train.w, strata, feats)
+        rq, rs = model.decision_function(xq), model.decision_function(xs)
+        tv._log(f"{name}: fit in {time.perf_counter() - t0:.0f}s")
+        for cal in ("all", "qqp"):
+            m = np.ones(len(oof), bool) if cal == "all" else train.source == "qqp"
+            cx, cy = tv.isotonic(oof[m], train.y[m], train.w[m])
+            results[f"{name}, retrained, isotonic on {cal} training rows"] = {
+                "pq": np.interp(rq, cx, cy), "ps": np.interp(rs, cx, cy), "raw_q": rq,
+                "tuned": _tuned_threshold(np.interp(oof, cx, cy), cos_tr, train.y, train.source, 0.01, 0.93)}
+    print("| model | threshold | suite test: answer-changing reused | suite test: same-answer reused | "
+          "qqp held-out: precision / recall (natural) |")
+    print("|---|---|---|---|---|")
+    for name, r in results.items():
+        tuned = r.get("tuned")
+        ts = sorted(set(THRESHOLDS) | ({tuned} if tuned is not None else set()))
+        for t in ts:
+            used = (r["ps"] >= t) & reach
+            tag = f"**{t:.2f}** (tuned on train)" if t == tuned else f"{t}"
+            print(f"| {name} | {tag} | {_rate(used, ys == 0)} | {_rate(used, ys == 1)} | "
+                  f"{_fmt(_qqp_point(r['pq'], cos_qte, q_te.y, t))} |")
+    print("\n### Held-out qqp: ranking quality and recall at precision 0.93 (natural; pairs under the retrieval "
+          "threshold count as refused)\n")
+    print("| scorer | average precision | best recall at precision >= 0.93 |")
+    print("|---|---|---|")
+    scorers = [("raw cosine", cos_qte)] + [(n, r.get("raw_q", r["pq"])) for n, r in results.items()
+                                           if "isotonic on qqp" not in n]
+    for name, sc in scorers:
+        sc = np.where(cos_qte >= DEFAULT_L1_THRESHOLD, sc, -1e9)
+        op = tv.operating_point(sc, q_te.y, 0.93)
+        print(f"| {name} | {average_precision_score(q_te.y, sc):.3f} | {op['recall']:.3f} |")
+    name = next(n for n in reversed(list(results)) if "isotonic on all" in n or "only" in n)
+    ps = results[name]["ps"]
+    used = (ps >= DEFAULT_MIN_PRECISION) & reach
+    print(f"\n### Suite test per kind, `{name}` at threshold {DEFAULT_MIN_PRECISION}\n")
+    print("| kind | same answer | pairs | retrievable (cos >= 0.80) | reused |")
+    print("|---|---|---|---|---|")
+    for k in sorted(set(kinds), key=lambda k: (k in PARAPHRASE_KINDS, k)):
+        m = kinds == k
+        print(f"| {k} | {k in PARAPHRASE_KINDS} | {int(m.sum())} | {int(reach[m].sum())} | "
+              f"{int(used[m].sum())} ({used[m].mean():.0%}) |")
+    if args.show:
+        for i in np.nonzero(used & (ys == 0))[0]:
+            print(f"- reused wrongly ({kinds[i]}): {s_te.a[i]!r} -> {s_te.b[i]!r} p {ps[i]:.3f} "
+                  f"[{analyse(s_te.a[i], s_te.b[i]).explain()}]")
+        for i in np.nonzero(reach & ~used & (ys == 1))[0]:
+            print(f"- paraphrase refused ({kinds[i]}): {s_te.a[i]!r} -> {s_te.b[i]!r} p {ps[i]:.3f} "
+                  f"[{analyse(s_te.a[i], s_te.b[i]).explain()}]")
+
+
+def cmd_latency(args: argparse.Namespace) -> None:
+    import re
+
+    from ..lexicon import Lexicon
+
+    t0 = time.perf_counter()
+    lex = Lexicon.load()
+    print(f"lexicon load (from the package): {time.perf_counter() - t0:.2f} s")
+    rows = load(Path(args.suite))
+    qqp = tv.load_qqp(Path(args.data_dir))
+    words = [w for t in qqp.a[:args.n] for w in re.findall(r"[a-z]+", t.lower())]
+    word_pairs = list(zip(words[::2], words[1::2]))[:args.n]
+    for label in ("first call", "cached"):
+        t0 = time.perf_counter()
+        for x, z in word_pairs:
+            lex.relation(x, z)
+        print(f"lexicon relation, {label} ({len(word_pairs)} word pairs from qqp_val questions): "
+              f"{(time.perf_counter() - t0) / len(word_pairs) * 1e6:.1f} µs per pair")
+    pairs = [(r["a"], r["b"]) for r in rows] + list(zip(qqp.a[:args.n], qqp.b[:args.n]))
+    for a, b in pairs[:50]:
+        analyse(a, b)
+    times: dict[str, list[float]] = defaultdict(list)
+    for label, sel in (("suite", pairs[:len(rows)]), ("qqp_val", pairs[len(rows):])):
+        for a, b in sel:  # each pair once: the lexicon's word cache warms as in a running cache
+            t0 = time.perf_counter()
+            analyse(a, b)
+            times[label].append((time.perf_counter() - t0) * 1000)
+    for label, ts in times.items():
+        print(f"edit analysis per pair, {label} ({len(ts)} pairs): median {statistics.median(ts):.3f} ms, "
+              f"p90 {np.percentile(ts, 90):.3f} ms, p99 {np.percentile(ts, 99):.3f} ms")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+    ap = tv.eval_parser("contrast_eval", __doc__)
+    ap.add_argument("--suite", default=str(SUITE_PATH))
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    b = sub.add_parser("before", help="the shipped verifier on the suite, per kind")
+    b.add_argument("--splits", nargs="+", default=["test"], choices=["train", "test"])
+    b.add_argument("--verifier", default=None)
+    b.add_argument("--show", action="store_true", help="list the answer-changing pairs reused")
+    b.set_defaults(fn=cmd_before)
+    e = sub.add_parser("experiment", help="retrain the trees with the edit features appended")
+    e.add_argument("--qqp-test-fraction", type=float, default=0.3)
+    e.add_argument("--easyvqa-weight", type=float, default=1.0)
+    e.add_argument("--suite-weight", type=float, default=1.0, help="suite train total weight relative to qqp")
+    e.add_argument("--variants", nargs="+", default=["shipped", "qqp_only", "signals", "edits"],
+                   choices=["shipped", "qqp_only", "signals", "edits"])
+    e.add_argument("--show", action="store_true")
+    e.set_defaults(fn=cmd_experiment)
+    la = sub.add_parser("latency", help="edit analysis cost per pair")
+    la.add_argument("-n", type=int, default=2000)
+    la.set_defaults(fn=cmd_latency)
+    args = ap.parse_args(argv)
+    args.fn(args)
+
+
+if __name__ == "__main__":
+    main()
