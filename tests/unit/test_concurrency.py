@@ -180,7 +180,7 @@ def test_real_model_under_threads(make_engine: Any) -> None:
                 eng.update(CacheRequest(text=facts[i], scope="m"), {"fact": i})
             barrier.wait(timeout=120)
             for i in range(40):
-                hit = eng.lookup(CacheRequest(text=facts[i].upper(), scope="m"))
+                hit = eng.lookup(CacheRequest(text=f"  {facts[i]}\n", scope="m"))
                 if hit is None or hit.payload != {"fact": i} or hit.tier != "L0.5":
                     errors.append(f"thread {t} fact {i}: {hit}")
         except BaseException as exc:  # noqa: BLE001
