@@ -155,6 +155,8 @@ def repair(col: Any, tier: str, pinned: frozenset[str] = frozenset()) -> IndexCh
                        documents=docs if any(d is not None for d in docs) else None)
         if ids:
             _rows, still = unreachable_ids(col)  # the same test as the detection, not a narrower one
+            # A re-insert changes the graph and can orphan another row: that one is pinned too.
+            report.unreachable += [i for i in still if i not in report.unreachable]
         report.reinserted = [i for i in ids if i not in still]
     # Only rows whose vector can be read are pinned: serving them reads it.
     report.pinned = [i for i in still if i not in report.unreadable]

@@ -276,8 +276,9 @@ def test_vector_the_index_cannot_reach_is_found_by_the_check_and_served() -> Non
     assert unreachable_ids(col)[1] == [lost]
 
     report = store.check_index()["l1"]
-    assert (report.rows, report.unreachable, report.pinned, report.unreadable) == (UNREACHABLE_N, [lost], [lost], [])
-    assert store.repairs == 1 and store.index_stats()["index_pinned"] == 1
+    assert report.rows == UNREACHABLE_N and lost in report.unreachable and lost in report.pinned
+    assert report.unreadable == [] and sorted(report.pinned + report.reinserted) == sorted(report.unreachable)
+    assert store.repairs == len(report.unreachable) == store.index_stats()["index_pinned"] + len(report.reinserted)
     served = store.collection("l1")
     assert unreachable_ids(served)[1] == []
     top = served.query(query_embeddings=[x[UNREACHABLE_ROW].tolist()], n_results=16,
@@ -310,7 +311,9 @@ def test_check_every_write_keeps_every_vector_findable_as_it_is_written() -> Non
     assert unreachable_ids(col._col)[1] == [f"r{UNREACHABLE_ROW}"]  # Chroma alone
     assert unreachable_ids(col)[1] == []  # through the store
     st = store.index_stats()
-    assert st["index_unreachable"] == st["index_pinned_total"] == st["index_pinned"] == 1  # counted once
+    assert st["index_pinned"] >= 1
+    # Each row counted once, when first found (later checks re-find pinned rows).
+    assert st["index_unreachable"] == st["index_pinned_total"] + st["index_reinserted"] < 10
 
 
 def test_engine_entry_lost_to_its_index_is_a_hit_again_after_the_check(make_engine) -> None:
@@ -324,7 +327,11 @@ def test_engine_entry_lost_to_its_index_is_a_hit_again_after_the_check(make_engi
     reworded = CacheRequest(text="the question, reworded", text_embedding=x[UNREACHABLE_ROW].tolist())
     assert eng.lookup(CacheRequest(text=f"question {UNREACHABLE_ROW}")).tier == "L0.5"  # exact: by id, unaffected
     assert eng.lookup(reworded) is None, "the provocation no longer provokes: find a new seed"
-    assert eng.store.check_index()["l1"].pinned == [eng.key(CacheRequest(text=f"question {UNREACHABLE_ROW}")).entry_id]
+    lost = eng.key(CacheRequest(text=f"question {UNREACHABLE_ROW}")).entry_id
+    report = eng.store.check_index()["l1"]
+    # Re-inserting it can orphan another row (it did in about 1 run of 8): pinned as well.
+    assert lost in report.unreachable and sorted(report.pinned + report.reinserted) == sorted(report.unreachable)
+    assert unreachable_ids(eng.store.collection("l1"))[1] == []
     hit = eng.lookup(reworded)
     assert hit is not None and hit.tier == "L1" and hit.payload == {"i": UNREACHABLE_ROW}
     assert eng.lookup(CacheRequest(text="question 5 reworded", text_embedding=x[5].tolist())).payload == {"i": 5}
