@@ -49,3 +49,23 @@ def test_check_rejects_a_leak() -> None:
 @pytest.mark.slow
 def test_generator_reproduces_the_committed_file(rows: list[dict]) -> None:
     assert build() == rows
+
+
+def test_fresh_held_out_set_is_well_formed_and_disjoint_from_the_suite(rows: list[dict]) -> None:
+    """contrast_fresh.jsonl: hand-written after the edit rules were frozen, test-only."""
+    fresh = load(SUITE_PATH.parent / "contrast_fresh.jsonl")
+    assert all(set(r) == {"a", "b", "same_answer", "kind", "family", "split", "source"} for r in fresh)
+    assert all(isinstance(r["a"], str) and isinstance(r["b"], str) and r["a"] != r["b"] for r in fresh)
+    assert {(r["family"], r["split"], r["source"]) for r in fresh} == {("fresh", "test", "fresh")}
+    # same kinds as the suite, with the same answer-changing / same-answer labelling
+    assert {r["kind"] for r in fresh} == {r["kind"] for r in rows}
+    assert all(r["same_answer"] == (r["kind"] in PARAPHRASE_KINDS) for r in fresh)
+    per_kind = Counter(r["kind"] for r in fresh)
+    assert min(per_kind.values()) >= 20, per_kind
+    pairs = [frozenset((r["a"], r["b"])) for r in fresh]
+    assert len(set(pairs)) == len(pairs)  # no (a, b) twice, nor (a, b) and (b, a)
+    suite_pairs = {frozenset((r["a"], r["b"])) for r in rows}
+    assert not [sorted(p) for p in pairs if p in suite_pairs]
+    # stronger: no request text is shared either, so nothing was seen in the suite's train split
+    suite_texts = {t for r in rows for t in (r["a"], r["b"])}
+    assert not [t for r in fresh for t in (r["a"], r["b"]) if t in suite_texts]
