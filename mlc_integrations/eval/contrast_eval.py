@@ -1,14 +1,13 @@
-"""How often a verifier reuses answers across the contrast/paraphrase suite, and an
-experiment: the verifier's trees retrained with the edit features appended.
+"""The experiment behind the shipped verifier's recipe: the trees retrained with and
+without the edit features, on which data, and the edit analysis's cost. (What the
+shipped verifier does on held-out data: :mod:`.contrast_report`.)
 
-    python -m mlc_integrations.eval.contrast_eval before       # shipped default verifier, per kind
     python -m mlc_integrations.eval.contrast_eval experiment   # retrain with edit features (~10 min)
     python -m mlc_integrations.eval.contrast_eval latency      # edit analysis cost per pair
 
-"Reused" = what the engine does with the stored request ``a`` and the new request
-``b``: L0.5 serves it when the exact keys match (today: NFKC, case folded, spaces
-collapsed), L1 when the MiniLM cosine reaches the retrieval threshold (0.80) and the
-verifier's probability reaches ``min_precision`` (0.80). The experiment trains on
+"Reused" = the L1 decision for the stored request ``a`` and the new request ``b``:
+the MiniLM cosine reaches the retrieval threshold (0.80) and the verifier's
+probability reaches the threshold. The experiment trains on
 Quora (a split of qqp_val by question: no question string on both sides), easy-vqa
 train pairs and the suite's train split, and reports the suite's test split and the
 held-out Quora pairs (natural class balance, each pair judged by its own label).
@@ -29,20 +28,12 @@ import numpy as np
 
 from ..edits import EDIT_FEATURE_NAMES, analyse
 from ..engine import DEFAULT_L1_THRESHOLD
-from ..request import normalize_text
 from ..verify import DEFAULT_MIN_PRECISION, SIGNAL_NAMES, Verifier, WordWeights
 from . import train_verifier as tv
+from .verifier.data import split_qqp_by_question
 from .contrast_natural import PARAPHRASE_KINDS
 from .contrast_suite import SUITE_PATH, load
 
-# Edits whose direction is a matter of meaning: their presence can only lower the
-# probability that the stored answer is right (as the shipped model's negation,
-# number and attribute signals). The rest are left free.
-EDIT_MONOTONE = {n: -1 for n in (
-    "edit_protected_changed", "edit_protected_case_space", "edit_structure_changed", "edit_swap_directional",
-    "edit_sub_antonym", "edit_sub_cohyponym", "edit_sub_entity", "edit_number_changed", "edit_number_added",
-    "edit_negation", "edit_quantifier", "edit_modal", "edit_wh", "edit_preposition", "edit_pronoun", "edit_tense",
-    "edit_degree")}
 THRESHOLDS = (0.80, 0.85, 0.90, 0.95)
 
 
@@ -56,69 +47,7 @@ def _rate(mask: np.ndarray, sel: np.ndarray) -> str:
     return f"{int((mask & sel).sum())}/{n} ({(mask & sel).sum() / max(n, 1):.1%})"
 
 
-def summary_rows(name: str, reused: np.ndarray, y: np.ndarray) -> str:
-    return f"| {name} | {_rate(reused, y == 0)} | {_rate(reused, y == 1)} |"
-
-
-def cmd_before(args: argparse.Namespace) -> None:
-    rows = [r for r in load(Path(args.suite)) if r["split"] in args.splits]
-    a, b, y, kinds = _suite_arrays(rows)
-    emb = tv.EmbeddingCache(None, Path(args.cache_dir))
-    cos = emb.cosines(a, b)
-    ver = Verifier.load(args.verifier) if args.verifier else Verifier.default()
-    p = ver.probabilities(list(zip(a, b)), cos)
-    exact = np.asarray([normalize_text(x) == normalize_text(z) for x, z in zip(a, b)])
-    l1 = (cos >= DEFAULT_L1_THRESHOLD) & (p >= DEFAULT_MIN_PRECISION)
-    old = cos >= 0.95
-    settings = [("raw cosine, old default (τ=0.95, no verifier)", old),
-                ("L1 verifier at defaults (retrieval 0.80, min_precision 0.80)", l1),
-                ("L0.5 today (NFKC + case fold + spaces collapsed)", exact),
-                ("engine at defaults today (L0.5 or L1)", exact | l1)]
-    print(f"## Contrast suite, split(s) {'+'.join(args.splits)}: {len(rows)} pairs "
-          f"({int((y == 0).sum())} answer-changing, {int(y.sum())} same-answer)\n")
-    print("| setting | answer-changing pairs reused | same-answer pairs reused |")
-    print("|---|---|---|")
-    for name, m in settings:
-        print(summary_rows(name, m, y))
-    sources = np.asarray([r.get("source", "template") for r in rows])
-    print("\n| engine at defaults today, by source of the pairs | answer-changing reused | same-answer reused |")
-    print("|---|---|---|")
-    for src in ("template", "natural", "issue"):
-        m = sources == src
-        print(f"| {src} | {_rate(exact | l1, m & (y == 0))} | {_rate(exact | l1, m & (y == 1))} |")
-    print("\n| kind | same answer | pairs | cosine median | verifier p median | reused: L1 verifier | "
-          "reused: engine today |")
-    print("|---|---|---|---|---|---|---|")
-    for k in sorted(set(kinds), key=lambda k: (k in PARAPHRASE_KINDS, k)):
-        m = kinds == k
-        print(f"| {k} | {k in PARAPHRASE_KINDS} | {int(m.sum())} | {np.median(cos[m]):.3f} | {np.median(p[m]):.3f} | "
-              f"{int(l1[m].sum())} ({l1[m].mean():.0%}) | {int((exact | l1)[m].sum())} ({(exact | l1)[m].mean():.0%}) |")
-    if args.show:
-        for i in np.nonzero(l1 & (y == 0))[0]:
-            print(f"- reused wrongly ({kinds[i]}): {a[i]!r} -> {b[i]!r} cos {cos[i]:.3f} p {p[i]:.3f}")
-
-
 # ----------------------------------------------------------------------------- experiment
-def split_qqp_by_question(qqp: tv.PairSet, test_fraction: float) -> np.ndarray:
-    """True for held-out pairs: connected components of the question graph go wholly to
-    one side, so no question string appears in both."""
-    parent: dict[str, str] = {}
-
-    def find(x: str) -> str:
-        parent.setdefault(x, x)
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for q1, q2 in zip(qqp.a, qqp.b):
-        ra, rb = find(q1), find(q2)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    cut = int(test_fraction * 1000)
-    return np.asarray([int(hashlib.sha1(find(q).encode()).hexdigest()[:8], 16) % 1000 < cut for q in qqp.a])
-
-
 def _suite_pairset(rows: Sequence[dict[str, Any]]) -> tv.PairSet:
     a, b, y, _ = _suite_arrays(rows)
     return tv.PairSet(a, b, y, np.ones(len(a)), np.asarray(["suite"] * len(a)))
@@ -131,7 +60,7 @@ def _edit_matrix(pairs: tv.PairSet) -> np.ndarray:
 def _gbdt(features: Sequence[str]) -> Any:
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    mono = {**tv.MONOTONE, **EDIT_MONOTONE}
+    mono = tv.MONOTONE  # the signals' and the edit features' (eval/verifier/fit.py)
     return HistGradientBoostingClassifier(monotonic_cst=[mono.get(f, 0) for f in features], random_state=tv.SEED,
                                           early_stopping=False, **tv.GBDT_PARAMS)
 
@@ -330,11 +259,6 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     ap = tv.eval_parser("contrast_eval", __doc__)
     ap.add_argument("--suite", default=str(SUITE_PATH))
     sub = ap.add_subparsers(dest="cmd", required=True)
-    b = sub.add_parser("before", help="the shipped verifier on the suite, per kind")
-    b.add_argument("--splits", nargs="+", default=["test"], choices=["train", "test"])
-    b.add_argument("--verifier", default=None)
-    b.add_argument("--show", action="store_true", help="list the answer-changing pairs reused")
-    b.set_defaults(fn=cmd_before)
     e = sub.add_parser("experiment", help="retrain the trees with the edit features appended")
     e.add_argument("--qqp-test-fraction", type=float, default=0.3)
     e.add_argument("--easyvqa-weight", type=float, default=1.0)

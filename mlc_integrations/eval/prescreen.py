@@ -27,7 +27,8 @@ import numpy as np
 from ..image_encoders import DEFAULT_IMAGE_ENCODER, resolve_image_encoder
 from ..images import fingerprint
 from . import photos
-from .workloads import shared_data_dir, video_frames
+from .image_streams import video_frames
+from .workloads import shared_data_dir
 
 CANDIDATES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 VIDEOS = ("vtest.avi", "tree.avi")

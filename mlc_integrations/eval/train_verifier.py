@@ -39,12 +39,13 @@ import numpy as np
 from ..verify import (
     DEFAULT_VERIFIER_PATH,
     SIGNAL_NAMES,
+    TEXT_FEATURE_NAMES,
     VERIFIER_FORMAT,
     VERIFIER_FORMAT_VERSION,
     Verifier,
     pair_features,
 )
-from .verifier.data import EmbeddingCache, build_training_set, eval_parser, log_progress
+from .verifier.data import QQP_TEST_FRACTION, EmbeddingCache, build_training_set, eval_parser, log_progress
 from .verifier.fit import (
     GBDT_PARAMS,
     HEAD_C,
@@ -79,10 +80,10 @@ from .verifier.vqa import cmd_vqa
 PRECISIONS = (0.80, 0.85, 0.90, 0.925, 0.95, 0.96, 0.97, 0.98, 0.99)
 
 VARIANTS = {
-    # texts, cosine and both embeddings: the signals plus the embedding head's score
-    "vectors": ("gbdt+head", list(SIGNAL_NAMES) + ["embedding_head"]),
-    "full": ("gbdt", list(SIGNAL_NAMES)),
-    "lexical": ("gbdt", [s for s in SIGNAL_NAMES if s != "cosine"]),
+    # texts, cosine and both embeddings: the signals, the edit features and the embedding head's score
+    "vectors": ("gbdt+head", list(TEXT_FEATURE_NAMES) + ["embedding_head"]),
+    "full": ("gbdt", list(TEXT_FEATURE_NAMES)),
+    "lexical": ("gbdt", [s for s in TEXT_FEATURE_NAMES if s != "cosine"]),
     "cosine": ("logistic", ["cosine"]),
 }
 
@@ -109,7 +110,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             oof, _h = stacked_out_of_fold(x, f, y, w, strata, feats)
             xs = x
         else:
-            xs = x[:, [SIGNAL_NAMES.index(c) for c in feats]]
+            xs = x[:, [TEXT_FEATURE_NAMES.index(c) for c in feats]]
             oof = out_of_fold(kind, xs, y, w, strata, feats)
         cx, cy = isotonic(oof, y, w)
         p_oof = np.interp(oof, cx, cy)
@@ -118,9 +119,14 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
         ops = []
         for prec in PRECISIONS:
             measured = {}
-            for s in ("qqp", "easyvqa"):
+            for s in ("qqp", "easyvqa", "suite"):
                 m = (src == s) & (cos >= args.retrieval_floor)
                 measured[s] = at_threshold(p_oof[m], y[m], w[m], prec)
+            # the suite: share of ALL its answer-changing / same-answer pairs reused (unreachable = refused)
+            s_m = src == "suite"
+            used = (p_oof >= prec) & (cos >= args.retrieval_floor)
+            measured["suite_wrong_reused"] = float((used & s_m & (y == 0)).sum() / max(int((s_m & (y == 0)).sum()), 1))
+            measured["suite_same_reused"] = float((used & s_m & (y == 1)).sum() / max(int((s_m & (y == 1)).sum()), 1))
             q = (src == "qqp") & (cos >= args.retrieval_floor)
             measured["qqp_balanced"] = at_threshold(p_oof[q], y[q], qqp_bw[q], prec)
             ops.append({"precision": prec, "threshold": prec, "measured_cv": measured})
@@ -155,8 +161,11 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
     out["training"] = {
         "command": "python -m mlc_integrations.eval.train_verifier train",
         "data": {"qqp_val.csv sha256[:16]": _sha(Path(args.data_dir) / "qqp_val.csv"),
-                 "easy_vqa": "train split questions, same-image pairs"},
+                 "qqp_split": f"{1 - QQP_TEST_FRACTION:.0%} of qqp_val by question (the rest is held out)",
+                 "easy_vqa": "train split questions, same-image pairs",
+                 "contrast_suite": "train split (template families and natural pairs of the train side)"},
         "easyvqa_weight": args.easyvqa_weight,
+        "suite_weight": args.suite_weight,
         "retrieval_floor_for_measured_cv": args.retrieval_floor,
         "gbdt_params": GBDT_PARAMS,
         "monotone": MONOTONE,
@@ -183,15 +192,16 @@ def cmd_train(args: argparse.Namespace) -> None:
     q = pairs.source == "qqp"
     yq = pairs.y[q]
     print("## qqp_val: recall at fixed precision, 5-fold cross-validation\n")
-    print("Recall is over all 4,522 duplicates; `—` = precision never reached. *natural* = qqp_val as is "
-          "(37 % duplicates); *balanced* = both classes weighted equally (the basis of the issue's figures).\n")
+    print(f"qqp_val's training side ({int(q.sum())} pairs split by question; the other {QQP_TEST_FRACTION:.0%} is held "
+          f"out for `contrast_eval report`). Recall is over its {int(yq.sum())} duplicates; `—` = precision never "
+          "reached. *natural* = qqp_val as is; *balanced* = both classes weighted equally.\n")
     print("| scorer | avg precision | recall @ P=0.90 natural | @ P=0.95 natural | @ P=0.95 balanced | @ P=0.98 balanced |")
     print("|---|---|---|---|---|---|")
     rows = [] if args.skip_signal_table else evaluate_signals(x[q], yq, pairs.w[q])
-    rows.append(pr_row("verifier `full` (24 signals; qqp + easy-vqa train, isotonic)", rep["oof"]["full"][q], yq))
-    main = "vectors" if "vectors" in rep["oof"] else "full"
-    if main == "vectors":
-        rows.append(pr_row("**verifier `vectors`** (24 signals + embedding head, nested; isotonic)",
+    rows.append(pr_row("verifier `full` (signals + edit features; isotonic)", rep["oof"]["full"][q], yq))
+    main = "full"  # the default model; "vectors" is opt-in (embedding_head=True)
+    if "vectors" in rep["oof"]:
+        rows.append(pr_row("verifier `vectors` (+ embedding head, nested; isotonic)",
                            rep["oof"]["vectors"][q], yq))
     for r in rows:
         print(f"| {r['scorer']} | {r['ap']:.3f} | {fmt_recall_at(r['nat90'])} | {fmt_recall_at(r['nat95'])} | {fmt_recall_at(r['bal95'])} | {fmt_recall_at(r['bal98'])} |")
@@ -213,11 +223,13 @@ def cmd_train(args: argparse.Namespace) -> None:
         print(f"| {r['floor']:.2f} | {r['reach']:.3f} | " + " | ".join(cells) + " |")
     print(f"\n## Shipped model `{main}`: measured (CV) at its thresholds, candidates with cosine >= "
           f"{args.retrieval_floor}\n")
-    print("| min_precision = threshold | qqp precision / recall | qqp balanced | easy-vqa train |")
-    print("|---|---|---|---|")
+    print("| min_precision = threshold | qqp precision / recall | qqp balanced | easy-vqa train | suite train "
+          "| suite: answer-changing reused | suite: same-answer reused |")
+    print("|---|---|---|---|---|---|---|")
     for op in res["verifier"]["models"][main]["operating_points"]:
         m = op["measured_cv"]
-        cells = [f"{m[k]['precision']:.3f} / {m[k]['recall']:.3f}" for k in ("qqp", "qqp_balanced", "easyvqa")]
+        cells = [f"{m[k]['precision']:.3f} / {m[k]['recall']:.3f}" for k in ("qqp", "qqp_balanced", "easyvqa", "suite")]
+        cells += [f"{m['suite_wrong_reused']:.1%}", f"{m['suite_same_reused']:.1%}"]
         print(f"| {op['precision']} | " + " | ".join(cells) + " |")
     print()
     for k, v in rep.items():
@@ -235,8 +247,8 @@ def cmd_signals(args: argparse.Namespace) -> None:
     pairs, _cos, x, _ww = build_training_set(args)
     q = pairs.source == "qqp"
     print("## qqp_val: each signal alone, with the cosine, and all together (5-fold CV)\n")
-    print("Recall over all 4,522 duplicates; `—` = precision never reached; *natural* = qqp_val as is "
-          "(37 % duplicates), *balanced* = classes weighted equally.\n")
+    print(f"Recall over the {int(pairs.y[q].sum())} duplicates of qqp_val's training side; `—` = precision never "
+          "reached; *natural* = qqp_val as is, *balanced* = classes weighted equally.\n")
     print("| scorer | avg precision | recall @ P=0.90 natural | @ P=0.95 natural | @ P=0.95 balanced | @ P=0.98 balanced |")
     print("|---|---|---|---|---|---|")
     for r in evaluate_signals(x[q], pairs.y[q], pairs.w[q]):
@@ -259,9 +271,9 @@ def cmd_compare(args: argparse.Namespace) -> None:
         rows.append(pr_row_full(f"{name}, isotonic", np.interp(raw, cx, cy)[q], y[q]))
         log_progress(f"{name}: AP {rows[-2]['ap']:.3f}, bal95 {fmt_recall(rows[-1]['bal95'])}")
 
-    feats = list(SIGNAL_NAMES)
+    feats = list(TEXT_FEATURE_NAMES)
     t0 = time.perf_counter()
-    add("shipped recipe (24 signals, trees)", out_of_fold("gbdt", x, y, w, strata, feats))
+    add("shipped recipe (signals + edit features, trees)", out_of_fold("gbdt", x, y, w, strata, feats))
     log_progress(f"  {time.perf_counter() - t0:.0f}s")
     if "idf" in args.variants:
         add("shipped recipe, IDF fit in-fold", infold_idf_out_of_fold(pairs, cos, y, w, strata))
@@ -273,14 +285,14 @@ def cmd_compare(args: argparse.Namespace) -> None:
             log_progress(f"head C={c}: AP {rows[-1]['ap']:.3f} in {time.perf_counter() - t0:.0f}s")
         if "stack" in args.variants:
             raw, h = stacked_out_of_fold(x, f, y, w, strata, feats + ["embedding_head"], c=c)
-            add(f"24 signals + head (C={c}), trees, nested", raw)
+            add(f"signals + edit features + head (C={c}), trees, nested", raw)
     if "mlp" in args.variants:
         h = head_oof(f, y, w, strata, 5, "mlp", 1e-2)
         rows.append(pr_row_full("head alone: MLP(64) on [|u-v|, u*v]", h[q], y[q]))
         log_progress(f"mlp head: AP {rows[-1]['ap']:.3f}")
     if "pca" in args.variants:
-        add("24 signals + PCA(16) of [|u-v|, u*v], trees", pca_out_of_fold(x, f, y, w, strata, feats + [f"pc{i}" for i in range(16)]))
-    print("## qqp_val, 5-fold CV (qqp_val + easy-vqa train in training, qqp_val rows scored)\n")
+        add("signals + edit features + PCA(16) of [|u-v|, u*v], trees", pca_out_of_fold(x, f, y, w, strata, feats + [f"pc{i}" for i in range(16)]))
+    print("## qqp_val training side, 5-fold CV (with easy-vqa and suite train rows in training; qqp rows scored)\n")
     print("| scorer | AP natural | AP balanced | R@P=0.95 natural | R@P=0.98 natural | R@P=0.95 balanced | R@P=0.98 balanced |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
@@ -295,6 +307,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     t = sub.add_parser("train", help="retrain the verifier and print PR tables")
     t.add_argument("--output", default=str(DEFAULT_VERIFIER_PATH))
     t.add_argument("--easyvqa-weight", type=float, default=1.0, help="easy-vqa total weight relative to qqp")
+    t.add_argument("--suite-weight", type=float, default=1.0, help="contrast suite total weight relative to qqp")
     t.add_argument("--retrieval-floor", type=float, default=0.80)
     t.add_argument("--dry-run", action="store_true", help="print the evidence, do not write the model")
     t.add_argument("--skip-signal-table", action="store_true", help="skip the per-signal CV table (slow)")
@@ -303,9 +316,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     t.set_defaults(fn=cmd_train)
     sg = sub.add_parser("signals", help="per-signal precision-recall table on qqp_val (no model written)")
     sg.add_argument("--easyvqa-weight", type=float, default=1.0)
+    sg.add_argument("--suite-weight", type=float, default=1.0)
     sg.set_defaults(fn=cmd_signals)
     c = sub.add_parser("compare", help="CV comparison: shipped recipe vs embedding-interaction variants")
     c.add_argument("--easyvqa-weight", type=float, default=1.0)
+    c.add_argument("--suite-weight", type=float, default=1.0)
     c.add_argument("--variants", nargs="+", default=["head", "stack"],
                    choices=["idf", "head", "stack", "mlp", "pca"])
     c.add_argument("--head-c", type=float, nargs="+", default=[HEAD_C])

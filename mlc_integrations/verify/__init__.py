@@ -41,6 +41,7 @@ from .policy import (
 from .signals import (
     FEATURE_NAMES,
     SIGNAL_NAMES,
+    TEXT_FEATURE_NAMES,
     VECTOR_SIGNAL_NAMES,
     TextProfile,
     WordWeights,
@@ -48,6 +49,7 @@ from .signals import (
     pair_features,
     profile,
     signals_from_profiles,
+    text_features,
 )
 
 __all__ = [
@@ -59,6 +61,7 @@ __all__ = [
     "Decision",
     "FEATURE_NAMES",
     "SIGNAL_NAMES",
+    "TEXT_FEATURE_NAMES",
     "TextProfile",
     "VECTOR_SIGNAL_NAMES",
     "VERIFIER_FORMAT",
@@ -75,4 +78,5 @@ __all__ = [
     "pair_features",
     "profile",
     "signals_from_profiles",
+    "text_features",
 ]

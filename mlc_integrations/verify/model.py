@@ -20,16 +20,16 @@ import numpy as np
 from .signals import (
     FEATURE_NAMES,
     SIGNAL_NAMES,
+    TEXT_FEATURE_NAMES,
     WordWeights,
-    cached_profile,
     pair_features,
     profile,
-    signals_from_profiles,
+    text_features,
 )
 
 DEFAULT_VERIFIER_PATH = Path(__file__).parent.parent / "assets" / "verifier.json"
 VERIFIER_FORMAT = "mlc-verifier"
-VERIFIER_FORMAT_VERSION = 2  # 2: optional "vectors" model with an embedding head
+VERIFIER_FORMAT_VERSION = 3  # 2: optional "vectors" model with an embedding head; 3: edit features
 
 
 class VerifierFormatError(ValueError):
@@ -166,6 +166,12 @@ class VerifierModel:
     def needs_vectors(self) -> bool:
         return self.head is not None
 
+    @property
+    def reads_edits(self) -> bool:
+        """Whether the model reads any edit feature (else they are not computed)."""
+        lo = len(SIGNAL_NAMES)
+        return bool(((self.columns >= lo) & (self.columns < len(TEXT_FEATURE_NAMES))).any())
+
     @classmethod
     def from_json(cls, name: str, d: Mapping[str, Any]) -> "VerifierModel":
         kind = d.get("kind")
@@ -197,7 +203,7 @@ class VerifierModel:
         if self.head is not None:
             if u is None or v is None:
                 raise ValueError(f"model {self.name!r} needs the two texts' embeddings")
-            x = np.c_[x[:, :len(SIGNAL_NAMES)], self.head.raw(u, v)]
+            x = np.c_[x[:, :len(TEXT_FEATURE_NAMES)], self.head.raw(u, v)]
         raw = self.scorer.raw(x[:, self.columns])
         if self.cal_x.size:
             return np.interp(raw, self.cal_x, self.cal_y)
@@ -303,19 +309,20 @@ class Verifier:
         if model is None:
             return float("nan"), ""
         if have_text:
-            sig = signals_from_profiles(cached_profile(new_text), cached_profile(stored_text),  # type: ignore[arg-type]
-                                        float(cosine) if cosine is not None else 0.0, self.weights)
+            sig = text_features(new_text, stored_text, float(cosine) if cosine is not None else 0.0,  # type: ignore[arg-type]
+                                self.weights, edits=model.reads_edits)
         else:
-            sig = np.zeros(len(SIGNAL_NAMES))
+            sig = np.zeros(len(TEXT_FEATURE_NAMES))
             sig[0] = float(cosine)  # type: ignore[arg-type]
         u, v = vectors if model.needs_vectors else (None, None)  # type: ignore[misc]
         return float(model.probability(sig, u, v)[0]), model.name
 
     def probabilities(self, pairs: Sequence[tuple[str, str]], cosines: Sequence[float], model: str = "full",
                       vectors: Optional[tuple[np.ndarray, np.ndarray]] = None) -> np.ndarray:
-        """Batch probabilities (evaluation and tests); ``vectors`` = (new rows, stored
-        rows) of embeddings for the "vectors" model."""
-        x = np.stack([signals_from_profiles(profile(a), profile(b), float(c), self.weights)
+        """Batch probabilities (evaluation and tests) of (stored, new) text pairs;
+        ``vectors`` = (stored rows, new rows) of embeddings for the "vectors" model."""
+        edits = self.models[model].reads_edits
+        x = np.stack([text_features(b, a, float(c), self.weights, edits, (profile(b), profile(a)))
                       for (a, b), c in zip(pairs, cosines)])
         u, v = vectors if vectors is not None else (None, None)
         return self.models[model].probability(x, u, v)

@@ -20,6 +20,7 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 
 from .._lru import LRU
+from ..edits import EDIT_FEATURE_NAMES, edit_features
 
 # ---------------------------------------------------------------------------- lexicons
 # Small closed word lists. Negation, numbers, units and dates change an answer by
@@ -322,9 +323,11 @@ def signals_from_profiles(a: TextProfile, b: TextProfile, cosine: float,
         nums_b += b.number_words
     num_diff = _multiset_diff(nums_a, nums_b)
     la, lb = len(a.tokens), len(b.tokens)
-    diff_w = [wt(w) for w in diff]
-    union_w = sum(wt(w) for w in ca | cb)
-    shared_w = sum(wt(w) for w in ca & cb)
+    # Summed in sorted order: a set's iteration order follows the string hash seed, and
+    # float sums in another order differ in the last bits (training was not reproducible).
+    diff_w = [wt(w) for w in sorted(diff)]
+    union_w = math.fsum(wt(w) for w in sorted(ca | cb))
+    shared_w = math.fsum(wt(w) for w in sorted(ca & cb))
     order_frac, order_n = _order_disagreement(a.content, b.content)
     return np.array(
         [
@@ -342,7 +345,7 @@ def signals_from_profiles(a: TextProfile, b: TextProfile, cosine: float,
             float(min(len(only_a), len(only_b))),
             float(max(len(only_a), len(only_b))),
             _jaccard(ca, cb),
-            float(sum(diff_w)),
+            math.fsum(diff_w),
             float(max(diff_w, default=0.0)),
             shared_w / union_w if union_w else 1.0,
             _jaccard(set(a.tokens), set(b.tokens)),
@@ -360,7 +363,10 @@ def signals_from_profiles(a: TextProfile, b: TextProfile, cosine: float,
 # Inputs computed from the two texts' embeddings rather than their words: the score of
 # the embedding head (:mod:`.model`), used by the "vectors" model.
 VECTOR_SIGNAL_NAMES: tuple[str, ...] = ("embedding_head",)
-FEATURE_NAMES: tuple[str, ...] = SIGNAL_NAMES + VECTOR_SIGNAL_NAMES
+# A model's row: the signals, then the edit features (:mod:`mlc_integrations.edits`:
+# what kind of edit turns the stored request into the new one), then the head's score.
+TEXT_FEATURE_NAMES: tuple[str, ...] = SIGNAL_NAMES + EDIT_FEATURE_NAMES
+FEATURE_NAMES: tuple[str, ...] = TEXT_FEATURE_NAMES + VECTOR_SIGNAL_NAMES
 
 
 def extract_signals(new_text: str, stored_text: str, cosine: float,
@@ -368,6 +374,17 @@ def extract_signals(new_text: str, stored_text: str, cosine: float,
     """Named signals for one pair (explanations and tests)."""
     vec = signals_from_profiles(profile(new_text), profile(stored_text), cosine, weights)
     return dict(zip(SIGNAL_NAMES, (float(v) for v in vec)))
+
+
+def text_features(new_text: str, stored_text: str, cosine: float, weights: Optional[WordWeights] = None,
+                  edits: bool = True, profiles: Optional[tuple[TextProfile, TextProfile]] = None) -> np.ndarray:
+    """One pair's row of :data:`TEXT_FEATURE_NAMES`: the signals and, if ``edits``, the
+    edit features of ``stored_text`` -> ``new_text`` (zeros when a model does not read
+    them, so the lexicon is never loaded for it)."""
+    pa, pb = profiles if profiles is not None else (cached_profile(new_text), cached_profile(stored_text))
+    sig = signals_from_profiles(pa, pb, cosine, weights)
+    ed = edit_features(stored_text, new_text) if edits else np.zeros(len(EDIT_FEATURE_NAMES))
+    return np.concatenate([sig, ed])
 
 
 def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:

@@ -13,6 +13,7 @@ from mlc_integrations import CacheRequest
 from mlc_integrations.verify import (
     DEFAULT_VERIFIER_PATH,
     SIGNAL_NAMES,
+    TEXT_FEATURE_NAMES,
     VERIFIER_FORMAT,
     VerificationPolicy,
     Verifier,
@@ -248,11 +249,12 @@ def test_vectors_model_round_trip_train_save_load_same_decisions(tmp_path: Any) 
     m = loaded.models["vectors"]
     assert m.needs_vectors and loaded.head_dim() == u.shape[1]
     np.testing.assert_allclose(m.head.raw(u, v), head_score(head, pair_features(u, v)), atol=1e-9)  # type: ignore[union-attr]
-    p = m.probability(x, u, v)
+    rows = np.c_[x, np.zeros((len(x), len(TEXT_FEATURE_NAMES) - len(SIGNAL_NAMES)))]  # a model's row: signals, edits
+    p = m.probability(rows, u, v)
     np.testing.assert_allclose(p, p_sklearn, atol=1e-9)
     assert ((p >= 0.8) == (p_sklearn >= 0.8)).all()
     with pytest.raises(ValueError):
-        m.probability(x)  # the head needs both embeddings
+        m.probability(rows)  # the head needs both embeddings
 
 
 def test_vectors_model_only_with_matching_embeddings() -> None:

@@ -5,7 +5,8 @@ Read in place, never copied into the repo:
 
 * ``../shared/data/qqp_val.csv`` -- Quora question pairs, duplicate or not;
 * easy-vqa's questions -- every pair of questions about the same image, labelled
-  "reuse correct" when their ground-truth answers are equal.
+  "reuse correct" when their ground-truth answers are equal;
+* the contrast/paraphrase suite (``eval/data/contrast_suite.jsonl``), train split.
 """
 
 from __future__ import annotations
@@ -23,12 +24,15 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from ...edits import edit_features
 from ...verify import WordWeights, profile, signals_from_profiles
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 DEFAULT_DATA_DIR = REPO_ROOT.parent / "shared" / "data"
 DEFAULT_CACHE_DIR = Path(os.environ.get("MLC_EVAL_CACHE", Path.home() / ".cache" / "mlc_integrations"))
 SEED = 7
+# Share of qqp_val held out (by question) from training: the Quora test set.
+QQP_TEST_FRACTION = 0.3
 
 
 def log_progress(msg: str) -> None:
@@ -53,7 +57,7 @@ class PairSet:
     b: list[str]
     y: np.ndarray
     w: np.ndarray
-    source: np.ndarray  # "qqp" / "easyvqa"
+    source: np.ndarray  # "qqp" / "easyvqa" / "suite"
 
     def __len__(self) -> int:
         return len(self.a)
@@ -166,16 +170,72 @@ def signal_matrix(pairs: PairSet, cosines: np.ndarray, weights: Optional[WordWei
                      for x, z, c in zip(pairs.a, pairs.b, cosines)])
 
 
+def text_feature_matrix(pairs: PairSet, cosines: np.ndarray, weights: Optional[WordWeights] = None) -> np.ndarray:
+    """Rows of :data:`~mlc_integrations.verify.TEXT_FEATURE_NAMES`: the signals and the
+    edit features of ``a`` (the stored request) -> ``b`` (the new one)."""
+    edits = np.stack([edit_features(x, z) for x, z in zip(pairs.a, pairs.b)])
+    return np.c_[signal_matrix(pairs, cosines, weights), edits]
+
+
+def subset(pairs: PairSet, mask: np.ndarray) -> PairSet:
+    idx = np.nonzero(mask)[0]
+    return PairSet([pairs.a[i] for i in idx], [pairs.b[i] for i in idx], pairs.y[mask], pairs.w[mask],
+                   pairs.source[mask])
+
+
+def split_qqp_by_question(qqp: PairSet, test_fraction: float = QQP_TEST_FRACTION) -> np.ndarray:
+    """True for held-out pairs: connected components of the question graph go wholly to
+    one side (by a hash of the component), so no question string appears on both sides
+    -- 1,510 qqp_val pairs share a question with another pair."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        parent.setdefault(x, x)
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for q1, q2 in zip(qqp.a, qqp.b):
+        ra, rb = find(q1), find(q2)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    cut = int(test_fraction * 1000)
+    return np.asarray([int(hashlib.sha1(find(q).encode()).hexdigest()[:8], 16) % 1000 < cut for q in qqp.a])
+
+
+def qqp_split(data_dir: Path) -> tuple[PairSet, PairSet]:
+    """(training pairs, held-out pairs) of qqp_val, split by question."""
+    qqp = load_qqp(data_dir)
+    held = split_qqp_by_question(qqp)
+    train, test = subset(qqp, ~held), subset(qqp, held)
+    overlap = (set(train.a) | set(train.b)) & (set(test.a) | set(test.b))
+    assert not overlap, f"{len(overlap)} questions on both sides of the qqp split"
+    return train, test
+
+
+def suite_pairs(split: str, path: Optional[Path] = None) -> PairSet:
+    """The contrast/paraphrase suite's ``split`` as pairs (a = stored, b = new)."""
+    from ..contrast_suite import SUITE_PATH, load
+
+    rows = [r for r in load(path or SUITE_PATH) if r["split"] == split]
+    return PairSet([r["a"] for r in rows], [r["b"] for r in rows], np.asarray([int(r["same_answer"]) for r in rows]),
+                   np.ones(len(rows)), np.asarray(["suite"] * len(rows)))
+
+
 def build_training_set(args: argparse.Namespace) -> tuple[PairSet, np.ndarray, np.ndarray, dict[str, Any]]:
-    qqp = load_qqp(Path(args.data_dir))
+    """qqp_val's training side (split by question), easy-vqa train pairs and the contrast
+    suite's train split; easy-vqa and the suite each weigh ``*_weight`` x qqp in total."""
+    qqp, _held_out = qqp_split(Path(args.data_dir))
     vqa = easyvqa_pairs("train")
-    # Scale easy-vqa so that both data sets weigh the same in total.
     vqa.w = vqa.w * (len(qqp) * args.easyvqa_weight / vqa.w.sum())
-    pairs = concat(qqp, vqa)
+    suite = suite_pairs("train")
+    suite.w = suite.w * (len(qqp) * args.suite_weight / suite.w.sum())
+    pairs = concat(qqp, vqa, suite)
     emb = EmbeddingCache(args.text_model, Path(args.cache_dir))
     cos = emb.cosines(pairs.a, pairs.b)
     t0 = time.perf_counter()
     df, n_docs = WordWeights.fit(sorted(set(pairs.a) | set(pairs.b)))
-    x = signal_matrix(pairs, cos, WordWeights(df, n_docs))
-    log_progress(f"signals for {len(pairs)} pairs in {time.perf_counter() - t0:.1f}s")
+    x = text_feature_matrix(pairs, cos, WordWeights(df, n_docs))
+    log_progress(f"signals and edit features for {len(pairs)} pairs in {time.perf_counter() - t0:.1f}s")
     return pairs, cos, x, {"df": df, "n_docs": n_docs}

@@ -20,6 +20,13 @@ MONOTONE = {
     "cosine": 1, "embedding_head": 1, "negation_mismatch": -1, "number_mismatch": -1, "number_diff": -1,
     "unit_mismatch": -1, "date_mismatch": -1, "attribute_mismatch": -1,
 }
+# Edits whose direction is a matter of meaning: their presence can only lower the
+# probability that the stored answer is right. The rest are left free.
+MONOTONE.update({n: -1 for n in (
+    "edit_protected_changed", "edit_protected_case_space", "edit_structure_changed", "edit_swap_directional",
+    "edit_sub_antonym", "edit_sub_cohyponym", "edit_sub_entity", "edit_number_changed", "edit_number_added",
+    "edit_negation", "edit_quantifier", "edit_modal", "edit_wh", "edit_preposition", "edit_pronoun", "edit_tense",
+    "edit_degree")})
 GBDT_PARAMS = dict(max_iter=120, learning_rate=0.1, max_depth=4, min_samples_leaf=40, l2_regularization=1.0)
 
 

@@ -79,6 +79,7 @@ def evaluate_signals(x: np.ndarray, y: np.ndarray, w: np.ndarray) -> list[dict[s
     """
     from sklearn.model_selection import StratifiedKFold
 
+    x = x[:, :len(SIGNAL_NAMES)]  # the signals (the edit features follow them in a training row)
     rows = [pr_row("raw cosine (no training)", x[:, 0], y)]
     for i, name in enumerate(SIGNAL_NAMES[1:], start=1):
         score = np.zeros(len(y))
