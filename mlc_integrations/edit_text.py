@@ -300,3 +300,35 @@ def wh_equivalents(lex: "Lexicon", wa: list[Token], wb: list[Token], ua: list[in
                     out2.update((j, j + 1))
                     break
     return out_a, out_b
+
+
+def match_moved_numbers(wa: list[Token], wb: list[Token], ua: list[int], ub: list[int], match: dict[int, int]) -> None:
+    """The same number unmatched on both sides moved: match it, so that operands
+    swapped around "divided by", "from", "to" count as an argument swap."""
+    free_b = [j for j in ub if number_value(wb[j].low) is not None]
+    for i in ua:
+        if number_value(wa[i].low) is None:
+            continue
+        j = next((j for j in free_b if wb[j].low == wa[i].low), None)
+        if j is not None:
+            match[i] = j
+            free_b.remove(j)
+
+
+def merge_phrases(lex: "Lexicon", idx: list[int], w: list[Token]) -> list[tuple[str, list[int], Token]]:
+    """Adjacent unmatched words WordNet knows as one lemma ("New York") become one unit."""
+    units: list[tuple[str, list[int], Token]] = []
+    k = 0
+    while k < len(idx):
+        for n in (3, 2):
+            run = idx[k:k + n]
+            if len(run) == n and run[-1] - run[0] == n - 1:
+                phrase = "_".join(w[i].low for i in run)
+                if lex.known(phrase):
+                    units.append((phrase, run, w[run[0]]))
+                    k += n
+                    break
+        else:
+            units.append((w[idx[k]].low, [idx[k]], w[idx[k]]))
+            k += 1
+    return units

@@ -34,6 +34,8 @@ from typing import Optional
 import numpy as np
 
 from .edit_text import (
+    match_moved_numbers,
+    merge_phrases,
     AMBIGUOUS_NUMBERS,
     COORDINATORS,
     DEGREE,
@@ -199,6 +201,7 @@ class _Alignment:
         ca, cb = ca[:_MAX_UNITS], cb[:_MAX_UNITS]
         f[_F["edit_ins_content"]] += overflow
         self._moves(ca, cb, match)  # same word elsewhere: a reordering, not an edit of content
+        match_moved_numbers(wa, wb, ua, ub, match)
         self._substitutions(ca, cb, match)
         self._order(match)
         if self.prot:
@@ -314,24 +317,6 @@ class _Alignment:
             return ""
         return "superlative" if word.endswith("st") else "comparative"
 
-    def _merge_phrases(self, idx: list[int], w: list[Token]) -> list[tuple[str, list[int], Token]]:
-        """Adjacent unmatched words WordNet knows as one lemma ("New York") become one unit."""
-        units: list[tuple[str, list[int], Token]] = []
-        k = 0
-        while k < len(idx):
-            for n in (3, 2):
-                run = idx[k:k + n]
-                if len(run) == n and run[-1] - run[0] == n - 1:
-                    phrase = "_".join(w[i].low for i in run)
-                    if self.lex.known(phrase):
-                        units.append((phrase, run, w[run[0]]))
-                        k += n
-                        break
-            else:
-                units.append((w[idx[k]].low, [idx[k]], w[idx[k]]))
-                k += 1
-        return units
-
     def _entity(self, word: str, t: Token) -> bool:
         """A name: WordNet says so (Paris), or it is capitalized mid-sentence and WordNet
         does not write it with a capital itself ("Fedora" is a name, "Monday" is not)."""
@@ -342,7 +327,7 @@ class _Alignment:
 
     def _substitutions(self, ca: list[int], cb: list[int], match: dict[int, int]) -> None:
         f, lex = self.f, self.lex
-        ua, ub = self._merge_phrases(ca, self.wa), self._merge_phrases(cb, self.wb)
+        ua, ub = merge_phrases(self.lex, ca, self.wa), merge_phrases(self.lex, cb, self.wb)
         order = {"same": 0, "synonym": 1, "similar": 1, "derived": 2, "hypernym": 2, "hyponym": 2, "antonym": 3,
                  "cohyponym": 4, "unrelated": 5, "unknown": 6}
         cands = []
@@ -412,10 +397,12 @@ class _Alignment:
         self.add(20, f"{side} {label}", word.replace("_", " "))
 
     def _order(self, match: dict[int, int]) -> None:
-        """Pairs of content words whose order flipped: a swap when the words between
+        """Pairs of arguments whose order flipped: a swap when the words between
         them are the same on both sides, else a moved block."""
         wa, wb, f = self.wa, self.wb, self.f
-        pairs = sorted((i, j) for i, j in match.items() if self._content(wa[i]))[:_MAX_ORDERED]
+        # arguments: content words and numbers ("12 divided by 4" / "4 divided by 12")
+        pairs = sorted((i, j) for i, j in match.items()
+                       if self._content(wa[i]) or number_value(wa[i].low) is not None)[:_MAX_ORDERED]
         fn = lambda w, lo, hi: [t.low for t in w[lo + 1:hi] if not self._content(t)]  # noqa: E731
         moved = directional = symmetric = 0
         swapped: tuple[str, str] = ("", "")

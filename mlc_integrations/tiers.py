@@ -99,7 +99,7 @@ class _SemanticTier:
                     tier=self.name, entry_id=cand.entry_id, matched_text=found.text,
                     scores=dict(scores, verifier=d.probability), thresholds=dict(thresholds, verifier=d.threshold),
                     reason="explored" if d.outcome == "explored" else "verifier",
-                    detail=getattr(d, "detail", "") or f"model {d.model}"))
+                    detail=d.detail or f"model {d.model}"))
                 return None
             if d.verified:
                 scores = dict(scores, verifier=d.probability)

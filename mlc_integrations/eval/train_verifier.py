@@ -77,7 +77,7 @@ from .verifier.metrics import (
 from .verifier.online import cmd_latency, cmd_simulate
 from .verifier.vqa import cmd_vqa
 
-PRECISIONS = (0.80, 0.85, 0.90, 0.925, 0.95, 0.96, 0.97, 0.98, 0.99)
+PRECISIONS = (0.50, 0.60, 0.70, 0.75, 0.80, 0.85, 0.90, 0.925, 0.95, 0.96, 0.97, 0.98, 0.99)
 
 VARIANTS = {
     # texts, cosine and both embeddings: the signals, the edit features and the embedding head's score
@@ -90,7 +90,7 @@ VARIANTS = {
 
 def train(args: argparse.Namespace) -> dict[str, Any]:
     pairs, cos, x, word_weights = build_training_set(args)
-    y, w, src = pairs.y, pairs.w, pairs.source
+    y, w, src, groups = pairs.y, pairs.w, pairs.source, pairs.groups()
     strata = np.char.add(src.astype(str), y.astype(str))
     out: dict[str, Any] = {"format": VERIFIER_FORMAT, "version": VERIFIER_FORMAT_VERSION,
                            "text_model": args.text_model or "all-MiniLM-L6-v2", "word_weights": word_weights,
@@ -107,11 +107,11 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             emb = EmbeddingCache(args.text_model, Path(args.cache_dir))
             u, v = emb.vectors(pairs.a), emb.vectors(pairs.b)
             f = pair_features(u, v)
-            oof, _h = stacked_out_of_fold(x, f, y, w, strata, feats)
+            oof, _h = stacked_out_of_fold(x, f, y, w, strata, feats, groups=groups)
             xs = x
         else:
             xs = x[:, [TEXT_FEATURE_NAMES.index(c) for c in feats]]
-            oof = out_of_fold(kind, xs, y, w, strata, feats)
+            oof = out_of_fold(kind, xs, y, w, strata, feats, groups=groups)
         cx, cy = isotonic(oof, y, w)
         p_oof = np.interp(oof, cx, cy)
         report["oof"][name] = p_oof
@@ -135,7 +135,7 @@ def train(args: argparse.Namespace) -> dict[str, Any]:
             # head fit on every row.
             assert f is not None
             head = fit_head(f, y, w)
-            final = fit_raw("gbdt", np.c_[x, head_oof(f, y, w, strata)], y, w, feats)
+            final = fit_raw("gbdt", np.c_[x, head_oof(f, y, w, strata, groups=groups)], y, w, feats)
             spec = export_gbdt(final, feats)
             spec["embedding_head"] = export_head(head, u.shape[1])
         else:
@@ -340,7 +340,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     la = sub.add_parser("latency", help="added latency per candidate")
     la.add_argument("--verifier", default=None)
     la.add_argument("-n", type=int, default=2000)
-    la.add_argument("--no-vectors", action="store_true", help="time the 'full' model (no embeddings given)")
+    la.add_argument("--vectors", action="store_true", help="time the opt-in 'vectors' model (default: 'full', the default model)")
     la.set_defaults(fn=cmd_latency)
     args = ap.parse_args(argv)
     args.fn(args)

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from .._lru import LRU
+from ..edits import analyse
 from .bands import FalseHitEstimates
 from .model import Verifier
 
@@ -77,6 +78,7 @@ class Decision:
     model: str = ""
     band: int = -1
     tier: str = ""
+    detail: str = ""  # on a refusal: the model and the edit it saw ("argument swap: Lyon <-> Nice")
 
     @property
     def verified(self) -> bool:
@@ -243,6 +245,10 @@ class VerificationPolicy:
             if len(self._latency) >= 10_000:
                 del self._latency[:5000]
             self._latency.append((time.perf_counter() - t0) * 1000.0)
+        if not d.accept:
+            d.detail = f"model {model}"
+            if new_text is not None and stored_text is not None:
+                d.detail += f": {analyse(stored_text, new_text).explain()}"  # for last_lookup / DEBUG logs
         return d
 
     def _decide_bounded(self, p: float, model: str, entry_id: str, request_key: str,

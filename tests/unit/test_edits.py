@@ -75,6 +75,19 @@ def test_directional_argument_swap() -> None:
     assert kind("How do I turn a dict into a list?", "How do I turn a list into a dict?") == "argument swap"
 
 
+def test_swapped_numbers_are_arguments() -> None:
+    """Operands swapped around a directional word change the answer; around a
+    coordinator, or moved with no shared word between them, they do not."""
+    e = analyse("What is 18 divided by 6?", "What is 6 divided by 18?")
+    assert e.kind == "argument swap" and e.as_dict()["edit_swap_directional"] >= 1
+    assert e.as_dict()["edit_number_changed"] == 0  # the same numbers, in another order
+    assert kind("Take 3 away from 11.", "Take 11 away from 3.") == "argument swap"
+    assert kind("Is 40 more than 25?", "Is 25 more than 40?") == "argument swap"
+    assert kind("Add 8 and 5.", "Add 5 and 8.") == "symmetric swap"
+    assert analyse("In 1999, how many of 4 teams won?", "How many of 4 teams won in 1999?").as_dict()[
+        "edit_swap_directional"] == 0
+
+
 def test_symmetric_swap_and_moved_block() -> None:
     e = analyse("What do lions and tigers eat?", "What do tigers and lions eat?")
     assert e.kind == "symmetric swap" and e.as_dict()["edit_swap_directional"] == 0

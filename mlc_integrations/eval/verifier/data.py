@@ -58,9 +58,16 @@ class PairSet:
     y: np.ndarray
     w: np.ndarray
     source: np.ndarray  # "qqp" / "easyvqa" / "suite"
+    # rows of one group stay on one side of a cross-validation split (None: each row alone)
+    group: Optional[np.ndarray] = None
 
     def __len__(self) -> int:
         return len(self.a)
+
+    def groups(self) -> np.ndarray:
+        if self.group is not None:
+            return self.group
+        return np.asarray([f"{s}:{i}" for i, s in enumerate(self.source)])
 
 
 def load_qqp(data_dir: Path) -> PairSet:
@@ -116,7 +123,7 @@ def concat(*sets: PairSet) -> PairSet:
     return PairSet(
         [x for s in sets for x in s.a], [x for s in sets for x in s.b],
         np.concatenate([s.y for s in sets]), np.concatenate([s.w for s in sets]),
-        np.concatenate([s.source for s in sets]),
+        np.concatenate([s.source for s in sets]), np.concatenate([s.groups() for s in sets]),
     )
 
 
@@ -180,13 +187,12 @@ def text_feature_matrix(pairs: PairSet, cosines: np.ndarray, weights: Optional[W
 def subset(pairs: PairSet, mask: np.ndarray) -> PairSet:
     idx = np.nonzero(mask)[0]
     return PairSet([pairs.a[i] for i in idx], [pairs.b[i] for i in idx], pairs.y[mask], pairs.w[mask],
-                   pairs.source[mask])
+                   pairs.source[mask], None if pairs.group is None else pairs.group[mask])
 
 
-def split_qqp_by_question(qqp: PairSet, test_fraction: float = QQP_TEST_FRACTION) -> np.ndarray:
-    """True for held-out pairs: connected components of the question graph go wholly to
-    one side (by a hash of the component), so no question string appears on both sides
-    -- 1,510 qqp_val pairs share a question with another pair."""
+def question_components(qqp: PairSet) -> np.ndarray:
+    """Each pair's connected component of the question graph (pairs sharing a question,
+    directly or through other pairs, share it): 1,510 qqp_val pairs share a question."""
     parent: dict[str, str] = {}
 
     def find(x: str) -> str:
@@ -200,13 +206,22 @@ def split_qqp_by_question(qqp: PairSet, test_fraction: float = QQP_TEST_FRACTION
         ra, rb = find(q1), find(q2)
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
+    return np.asarray([find(q) for q in qqp.a])
+
+
+def split_qqp_by_question(qqp: PairSet, test_fraction: float = QQP_TEST_FRACTION) -> np.ndarray:
+    """True for held-out pairs: components of the question graph go wholly to one side
+    (by a hash of the component), so no question string appears on both sides."""
     cut = int(test_fraction * 1000)
-    return np.asarray([int(hashlib.sha1(find(q).encode()).hexdigest()[:8], 16) % 1000 < cut for q in qqp.a])
+    return np.asarray([int(hashlib.sha1(c.encode()).hexdigest()[:8], 16) % 1000 < cut
+                       for c in question_components(qqp)])
 
 
 def qqp_split(data_dir: Path) -> tuple[PairSet, PairSet]:
-    """(training pairs, held-out pairs) of qqp_val, split by question."""
+    """(training pairs, held-out pairs) of qqp_val, split by question; each pair's group is
+    its question component (cross-validation on the training side keeps them together)."""
     qqp = load_qqp(data_dir)
+    qqp.group = np.char.add("qqp:", question_components(qqp))
     held = split_qqp_by_question(qqp)
     train, test = subset(qqp, ~held), subset(qqp, held)
     overlap = (set(train.a) | set(train.b)) & (set(test.a) | set(test.b))
@@ -220,7 +235,8 @@ def suite_pairs(split: str, path: Optional[Path] = None) -> PairSet:
 
     rows = [r for r in load(path or SUITE_PATH) if r["split"] == split]
     return PairSet([r["a"] for r in rows], [r["b"] for r in rows], np.asarray([int(r["same_answer"]) for r in rows]),
-                   np.ones(len(rows)), np.asarray(["suite"] * len(rows)))
+                   np.ones(len(rows)), np.asarray(["suite"] * len(rows)),
+                   np.asarray([f"suite:{r['family']}" for r in rows]))  # a template family stays together
 
 
 def build_training_set(args: argparse.Namespace) -> tuple[PairSet, np.ndarray, np.ndarray, dict[str, Any]]:

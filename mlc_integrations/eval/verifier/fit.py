@@ -5,7 +5,7 @@ isotonic calibration, and the export to the plain JSON the library evaluates."""
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -21,13 +21,28 @@ MONOTONE = {
     "unit_mismatch": -1, "date_mismatch": -1, "attribute_mismatch": -1,
 }
 # Edits whose direction is a matter of meaning: their presence can only lower the
-# probability that the stored answer is right. The rest are left free.
+# probability that the stored answer is right -- a swapped argument, an antonym, a
+# changed number or a changed constraint on the answer (time, place, audience, format).
+# The rest are left free.
 MONOTONE.update({n: -1 for n in (
     "edit_protected_changed", "edit_protected_case_space", "edit_structure_changed", "edit_swap_directional",
     "edit_sub_antonym", "edit_sub_cohyponym", "edit_sub_entity", "edit_number_changed", "edit_number_added",
     "edit_negation", "edit_quantifier", "edit_modal", "edit_wh", "edit_preposition", "edit_pronoun", "edit_tense",
-    "edit_degree")})
+    "edit_degree", "edit_constraint_time", "edit_constraint_place", "edit_constraint_person",
+    "edit_constraint_format", "edit_constraint_modifier", "edit_constraint_entity")})
 GBDT_PARAMS = dict(max_iter=120, learning_rate=0.1, max_depth=4, min_samples_leaf=40, l2_regularization=1.0)
+
+
+def folds_of(strata: np.ndarray, groups: Optional[np.ndarray] = None, folds: int = 5,
+             seed: int = SEED) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Stratified k-fold splits; with ``groups``, no group on both sides of a split (Quora
+    pairs sharing a question, suite pairs of one template family)."""
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
+
+    idx = np.zeros((len(strata), 1))
+    if groups is None:
+        return list(StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(idx, strata))
+    return list(StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed).split(idx, strata, groups))
 
 
 def _gbdt(features: Sequence[str]) -> Any:
@@ -63,13 +78,10 @@ def raw_score(model: Any, x: np.ndarray) -> np.ndarray:
 
 
 def out_of_fold(kind: str, x: np.ndarray, y: np.ndarray, w: np.ndarray, strata: np.ndarray,
-                features: Sequence[str], folds: int = 5) -> np.ndarray:
+                features: Sequence[str], folds: int = 5, groups: Optional[np.ndarray] = None) -> np.ndarray:
     """Raw scores of every row from a model that never saw it (stratified k-fold)."""
-    from sklearn.model_selection import StratifiedKFold
-
     out = np.zeros(len(y))
-    skf = StratifiedKFold(n_splits=folds, shuffle=True, random_state=SEED)
-    for tr, te in skf.split(x, strata):
+    for tr, te in folds_of(strata, groups, folds):
         out[te] = raw_score(fit_raw(kind, x[tr], y[tr], w[tr], features), x[te])
     return out
 
@@ -151,32 +163,30 @@ def head_score(model: Any, f: np.ndarray) -> np.ndarray:
 
 
 def head_oof(f: np.ndarray, y: np.ndarray, w: np.ndarray, strata: np.ndarray, folds: int = 5,
-             kind: str = "logistic", c: float = HEAD_C, seed: int = SEED) -> np.ndarray:
+             kind: str = "logistic", c: float = HEAD_C, seed: int = SEED,
+             groups: Optional[np.ndarray] = None) -> np.ndarray:
     """Out-of-fold head scores of every row."""
-    from sklearn.model_selection import StratifiedKFold
-
     out = np.zeros(len(y))
-    for tr, te in StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed).split(f, strata):
+    for tr, te in folds_of(strata, groups, folds, seed):
         out[te] = head_score(fit_head(f[tr], y[tr], w[tr], kind, c), f[te])
     return out
 
 
 def stacked_out_of_fold(x: np.ndarray, f: np.ndarray, y: np.ndarray, w: np.ndarray, strata: np.ndarray,
                         features: Sequence[str], folds: int = 5, inner_folds: int = 5, kind: str = "logistic",
-                        c: float = HEAD_C) -> tuple[np.ndarray, np.ndarray]:
+                        c: float = HEAD_C, groups: Optional[np.ndarray] = None) -> tuple[np.ndarray, np.ndarray]:
     """(trees' raw scores, head scores) of every row, both from models that never saw it.
 
     Per outer fold: the head's scores of the training rows come from an inner k-fold
     on those rows only (what the trees learn from), the test rows' from a head fit on
     all training rows (what scores new pairs at run time).
     """
-    from sklearn.model_selection import StratifiedKFold
-
     out = np.zeros(len(y))
     head = np.zeros(len(y))
-    for k, (tr, te) in enumerate(StratifiedKFold(n_splits=folds, shuffle=True, random_state=SEED).split(x, strata)):
+    for k, (tr, te) in enumerate(folds_of(strata, groups, folds)):
         t0 = time.perf_counter()
-        h_tr = head_oof(f[tr], y[tr], w[tr], strata[tr], inner_folds, kind, c, seed=SEED + 1)
+        h_tr = head_oof(f[tr], y[tr], w[tr], strata[tr], inner_folds, kind, c, seed=SEED + 1,
+                        groups=None if groups is None else groups[tr])
         h_te = head_score(fit_head(f[tr], y[tr], w[tr], kind, c), f[te])
         head[te] = h_te
         g = fit_raw("gbdt", np.c_[x[tr], h_tr], y[tr], w[tr], features)

@@ -111,9 +111,11 @@ def cmd_latency(args: argparse.Namespace) -> None:
     verifier = Verifier.load(args.verifier) if args.verifier else Verifier.default()
     qqp = load_qqp(Path(args.data_dir))
     n = min(args.n, len(qqp))
-    pol = VerificationPolicy(verifier)
+    use_vectors = verifier.head_dim() is not None and args.vectors
+    # the policy serves the "vectors" model only with embedding_head=True (else "full")
+    pol = VerificationPolicy(verifier, embedding_head=use_vectors)
     vecs: list[Any] = [None] * n
-    if verifier.head_dim() is not None and not args.no_vectors:
+    if use_vectors:
         emb = EmbeddingCache(args.text_model, Path(args.cache_dir))
         u, v = emb.vectors(qqp.a[:n]).astype(np.float32), emb.vectors(qqp.b[:n]).astype(np.float32)
         vecs = list(zip(u, v))
@@ -127,7 +129,7 @@ def cmd_latency(args: argparse.Namespace) -> None:
     t = np.asarray(times)
     print(f"verifier decision per candidate over {n} qqp_val pairs (model {dict(models)}): "
           f"median {np.median(t):.3f} ms, p90 {np.percentile(t, 90):.3f} ms, p99 {np.percentile(t, 99):.3f} ms")
-    if verifier.head_dim() is not None and not args.no_vectors:
+    if use_vectors:
         # The engine's extra storage read for the "vectors" model: one stored L1 vector
         # per verified candidate (embedded Chroma, in memory; embeddings supplied).
         from ...engine import MLCEngine
