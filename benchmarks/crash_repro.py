@@ -51,8 +51,7 @@ def _writer(path: str, check: str, seed: int, first_key: int, n_ops: int, cluste
     """The crash test's operation mix; ``n_ops`` < 0 runs until killed, else closes cleanly."""
     from mlc_integrations import CacheRequest, MLCEngine
 
-    eng = MLCEngine(persist_directory=path, clip_model=None)
-    eng.store.check_index_mode = check  # the engine does not take the option yet
+    eng = MLCEngine(persist_directory=path, clip_model=None, check_index=check)
     rng = random.Random(seed)
     existing: list[int] = []
     key, done = first_key, 0

@@ -26,7 +26,7 @@ import asyncio
 from typing import Any, Optional, Sequence
 
 import _common
-from _common import Picture, llamaindex_llm, picture, tier_of
+from _common import SHOP_SYSTEM, Picture, llamaindex_llm, price_of, tier_of
 from llama_index.core.agent.workflow import FunctionAgent
 from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.instrumentation import get_dispatcher
@@ -37,20 +37,6 @@ from llama_index.core.llms import ChatMessage, ImageBlock, TextBlock
 from llama_index.core.tools import FunctionTool
 
 from mlc_integrations import CachedMultiModalLLM
-from mlc_integrations.eval.easyvqa import COLORS, SHAPES
-
-SYSTEM = ("You are a toy shop assistant. Look at the customer's picture, then use the "
-          "catalog_price tool with the colour and shape you see to quote the price.")
-QUESTION = "What is the price of the shape in this picture?"
-PARAPHRASES = ("Tell me the price of the shape in this picture.", "What is the price of the shape in this image?")
-
-
-def price_of(color: str, shape: str) -> str:
-    """The toy shop's catalog (example 01's): a price per shape, 20 cents more per colour down the list."""
-    if shape not in SHAPES or color not in COLORS:
-        return f"no catalog entry for a {color} {shape}"
-    cents = {"circle": 300, "rectangle": 450, "triangle": 250}[shape] + 20 * COLORS.index(color)
-    return f"${cents // 100}.{cents % 100:02d}"
 
 
 class StepLog:
@@ -109,63 +95,36 @@ async def run_tasks(llm: CachedMultiModalLLM, tasks: list[tuple[str, str, Pictur
         recorder = CacheOutcomeRecorder(llm, log)
         dispatcher = get_dispatcher()  # the root dispatcher: every component's events reach it
         dispatcher.add_event_handler(recorder)
-        agent = FunctionAgent(tools=[catalog_tool(log)], llm=llm, system_prompt=SYSTEM)
-        calls_before, misses_before = _common.model_calls(llm.llm, 0), llm.stats()["llamaindex"]["misses"]
+        agent = FunctionAgent(tools=[catalog_tool(log)], llm=llm, system_prompt=SHOP_SYSTEM)
+        meter = _common.CallMeter(llm.llm, lambda: llm.stats()["llamaindex"]["misses"])
         try:
             answer = str(await agent.run(user_msg=user_message(question, pic)))
         finally:
             dispatcher.event_handlers.remove(recorder)
-        misses = llm.stats()["llamaindex"]["misses"] - misses_before
-        calls = _common.model_calls(llm.llm, calls_before + misses) - calls_before
-        runs.append({"label": label, "question": question, "picture": pic.name, "answer": answer,
-                     "steps": log.steps, "model_calls": calls, "cache_misses": misses,
-                     "correct": price_of(pic.color, pic.shape) in answer})
+        calls, misses = meter.read()
+        runs.append(_common.run_record(label, question, pic, answer, log.steps, calls, misses))
     return runs
 
 
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.parse_args(argv)
-    clip = _common.offline_clip_model()
-    print("02 LlamaIndex FunctionAgent over CachedMultiModalLLM")
-    print(_common.describe_setup(clip) + "\n")
+    clip = _common.introduce("02 LlamaIndex FunctionAgent over CachedMultiModalLLM")
 
     llm = CachedMultiModalLLM(llm=llamaindex_llm(), clip_model=clip)  # in-memory cache
-    blue_circle, red_triangle = picture("blue", "circle"), picture("red", "triangle")
-    tasks = [
-        ("task", QUESTION, blue_circle),
-        ("same task again", QUESTION, blue_circle),
-        ("paraphrase 1", PARAPHRASES[0], blue_circle),
-        ("paraphrase 2", PARAPHRASES[1], blue_circle),
-        ("different picture", QUESTION, red_triangle),
-    ]
-    runs = asyncio.run(run_tasks(llm, tasks))
+    runs = asyncio.run(run_tasks(llm, _common.shop_tasks()))
     for run in runs:
         print(f"[{run['label']}] {run['question']!r} about a {run['picture']}")
         n = 0
         for step in run["steps"]:
             if "model" in step:
                 n += 1
-                served = "MISS, model called" if step["model"] == "miss" else f"CACHE HIT {step['why']}"
-                print(f"  step {n}: model call {served}")
+                print(f"  step {n}: model call {_common.served(step)}")
             else:
                 print(f"          tool {step['tool']}")
         print(f"  answer {run['answer']!r}; model calls in this run: {run['model_calls']}\n")
 
-    stats = llm.stats()
-    model_steps = [s for r in runs for s in r["steps"] if "model" in s]
-    summary = {
-        "example": "02_llamaindex_agent",
-        "provider": _common.provider(),
-        "l2": stats["config"]["tiers"]["L2"],
-        "runs": runs,
-        "model_calls": sum(r["model_calls"] for r in runs),
-        "model_calls_without_cache": len(model_steps),
-        "hits_by_tier": {t: v.get("hit", 0) for t, v in stats["tiers"].items()},
-        "all_correct": all(r["correct"] for r in runs),
-    }
-    print(f"summary: {summary['model_calls']} model calls instead of {summary['model_calls_without_cache']}; "
-          f"hits by tier {summary['hits_by_tier']}; every answer has the catalog price: {summary['all_correct']}")
+    summary = _common.agent_summary("02_llamaindex_agent", llm.stats(), runs)
     llm.engine.close()
     return summary
 

@@ -67,9 +67,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
                         help="talk about this easy-vqa test picture (default: a blue circle the stand-in reads "
                              "right; a few it misreads show up as wrong answers, cache or not)")
     args = parser.parse_args(argv)
-    clip = _common.offline_clip_model()
-    print("03 multi-turn assistant about one picture")
-    print(_common.describe_setup(clip) + "\n")
+    clip = _common.introduce("03 multi-turn assistant about one picture")
 
     cache = MultimodalSemanticCache(persist_directory=None, clip_model=clip)
     model = langchain_chat_model(cache=cache)

@@ -34,33 +34,12 @@ import warnings
 from typing import Any, Optional, Sequence
 
 import _common
-from _common import Picture, langchain_chat_model, langchain_image_block, picture
+from _common import SHOP_SYSTEM, Picture, langchain_chat_model, langchain_image_block
 from langchain_core.messages import AIMessageChunk, HumanMessage
-from langchain_core.tools import tool
 from langgraph.prebuilt import create_react_agent
 from langgraph.warnings import LangGraphDeprecatedSinceV10
 
 from mlc_integrations import CachedChatModel
-from mlc_integrations.eval.easyvqa import COLORS, SHAPES
-
-SYSTEM = ("You are a toy shop assistant. Look at the customer's picture, then use the "
-          "catalog_price tool with the colour and shape you see to quote the price.")
-QUESTION = "What is the price of the shape in this picture?"
-PARAPHRASE = "Tell me the price of the shape in this picture."
-
-
-def price_of(color: str, shape: str) -> str:
-    """The toy shop's catalog (example 01's): a price per shape, 20 cents more per colour down the list."""
-    if shape not in SHAPES or color not in COLORS:
-        return f"no catalog entry for a {color} {shape}"
-    cents = {"circle": 300, "rectangle": 450, "triangle": 250}[shape] + 20 * COLORS.index(color)
-    return f"${cents // 100}.{cents % 100:02d}"
-
-
-@tool
-def catalog_price(color: str, shape: str) -> str:
-    """Look up the price of a shape of the given colour in the shop's catalog."""
-    return price_of(color.lower(), shape.lower())
 
 
 def build_agent(model: CachedChatModel) -> Any:
@@ -68,7 +47,7 @@ def build_agent(model: CachedChatModel) -> Any:
     # (the separate `langchain` package); the prebuilt one is what `langgraph` ships.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", LangGraphDeprecatedSinceV10)
-        return create_react_agent(model, [catalog_price], prompt=SYSTEM)
+        return create_react_agent(model, [_common.langchain_catalog_tool()], prompt=SHOP_SYSTEM)
 
 
 def run_agent(agent: Any, model: CachedChatModel, question: str, pic: Picture) -> dict[str, Any]:
@@ -96,45 +75,26 @@ def run_agent(agent: Any, model: CachedChatModel, question: str, pic: Picture) -
 def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.parse_args(argv)
-    clip = _common.offline_clip_model()
-    print("06 LangGraph ReAct agent, streamed token by token, over CachedChatModel")
-    print(_common.describe_setup(clip) + "\n")
+    clip = _common.introduce("06 LangGraph ReAct agent, streamed token by token, over CachedChatModel")
 
     inner = langchain_chat_model()
     model = CachedChatModel(inner, persist_directory=None, clip_model=clip)
     agent = build_agent(model)
-    blue_circle, red_triangle = picture("blue", "circle"), picture("red", "triangle")
-    tasks = [("task", QUESTION, blue_circle), ("same task again", QUESTION, blue_circle),
-             ("paraphrase", PARAPHRASE, blue_circle), ("different picture", QUESTION, red_triangle)]
     runs = []
-    for label, question, pic in tasks:
-        before_calls, before_misses = _common.model_calls(inner, 0), model.stats()["chat_model"]["misses"]
-        run = run_agent(agent, model, question, pic)
-        misses = model.stats()["chat_model"]["misses"] - before_misses
-        calls = _common.model_calls(inner, before_calls + misses) - before_calls
-        run.update(label=label, question=question, picture=pic.name, model_calls=calls, cache_misses=misses,
-                   correct=price_of(pic.color, pic.shape) in run["answer"])
+    for label, question, pic in _common.shop_tasks(paraphrases=1):
+        meter = _common.CallMeter(inner, lambda: model.stats()["chat_model"]["misses"])
+        streamed = run_agent(agent, model, question, pic)
+        calls, misses = meter.read()
+        run = _common.run_record(label, question, pic, streamed["answer"], streamed["steps"], calls, misses,
+                                 tools=streamed["tools"])
         runs.append(run)
         print(f"[{label}] {question!r} about a {pic.name}")
         for n, step in enumerate(run["steps"], 1):
-            served = "MISS, model called" if step["model"] == "miss" else f"CACHE HIT {step['why']}"
             action = f"tool call {step['tool_calls']}" if step["tool_calls"] else f"answer {step['text']!r}"
-            print(f"  model call {n}: {served:60} {step['chunks']:2} streamed chunk(s) -> {action}")
+            print(f"  model call {n}: {_common.served(step):60} {step['chunks']:2} streamed chunk(s) -> {action}")
         print(f"  tools run: {run['tools']}; model calls in this run: {calls}\n")
 
-    stats = model.stats()
-    summary = {
-        "example": "06_langgraph_react_agent",
-        "provider": _common.provider(),
-        "l2": stats["config"]["tiers"]["L2"],
-        "runs": runs,
-        "model_calls": sum(r["model_calls"] for r in runs),
-        "model_calls_without_cache": sum(len(r["steps"]) for r in runs),
-        "hits_by_tier": {t: v.get("hit", 0) for t, v in stats["tiers"].items()},
-        "all_correct": all(r["correct"] for r in runs),
-    }
-    print(f"summary: {summary['model_calls']} model calls instead of {summary['model_calls_without_cache']}; "
-          f"hits by tier {summary['hits_by_tier']}; every answer has the catalog price: {summary['all_correct']}")
+    summary = _common.agent_summary("06_langgraph_react_agent", model.stats(), runs)
     model.close()
     return summary
 

@@ -1,6 +1,7 @@
 """Plumbing the cookbook examples share: which model to talk to, the pictures and their
-right answers. Each example's own story (its tools, questions, checks) is in the
-example; the offline stand-in model is in ``_standin.py``.
+right answers, and the toy shop the agent examples (01, 02, 06) serve. Each example's
+own story (its framework's agent, how it reads each step) is in the example; the
+offline stand-in model is in ``_standin.py``.
 
 Nothing here is part of the library. The examples import it as ``_common`` (the
 script's own folder is first on ``sys.path`` when you run ``python cookbook/NN_x.py``).
@@ -13,6 +14,9 @@ script's own folder is first on ``sys.path`` when you run ``python cookbook/NN_x
   dataset's own question/answer pairs, so every answer can be checked.
   :func:`picture` picks pictures the stand-in reads right (it misreads 4 of 668);
   :func:`picture_by_id` takes any, misread ones included.
+* **The toy shop**: its prompt, catalog (:func:`price_of`), the runs every agent
+  example makes (:func:`shop_tasks`) and their summary (:func:`agent_summary`), so
+  the three agents differ only in how their framework runs the agent.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from PIL import Image
 
@@ -109,6 +113,14 @@ def offline_clip_model() -> Optional[str]:
     return OFFLINE_CLIP if (path / "open_clip_config.json").exists() else None
 
 
+def introduce(title: str) -> Optional[str]:
+    """Print the example's title and set-up; returns the CLIP model for L2 (None: off)."""
+    clip = offline_clip_model()
+    print(title)
+    print(describe_setup(clip) + "\n")
+    return clip
+
+
 def describe_setup(clip_model: Optional[str]) -> str:
     model = STANDIN_LABEL if provider() == "standin" else f"{provider()} model {provider_model(provider())}"
     l2 = f"L2 on ({clip_model})" if clip_model else f"L2 off ({OFFLINE_CLIP} checkpoint not installed)"
@@ -118,6 +130,25 @@ def describe_setup(clip_model: Optional[str]) -> str:
 def tier_of(hit: Any) -> str:
     """``"L0.5"``/``"L1"``/``"L2"`` for a hit, ``"miss"`` for None."""
     return hit.tier if hit is not None else "miss"
+
+
+def served(step: dict[str, Any]) -> str:
+    """How a recorded model call was served, as the examples print it."""
+    return "MISS, model called" if step["model"] == "miss" else f"CACHE HIT {step['why']}"
+
+
+class CallMeter:
+    """Model calls and cache misses during one run: read the counters before, then
+    :meth:`read` after (``misses``: the adapter's miss counter)."""
+
+    def __init__(self, model: Any, misses: Callable[[], int]) -> None:
+        self._model, self._misses = model, misses
+        self._calls_before, self._misses_before = model_calls(model, 0), misses()
+
+    def read(self) -> tuple[int, int]:
+        """``(model calls, cache misses)`` since this meter was made."""
+        misses = self._misses() - self._misses_before
+        return model_calls(self._model, self._calls_before + misses) - self._calls_before, misses
 
 
 # ---------------------------------------------------------------------------- pictures and right answers
@@ -208,3 +239,68 @@ def true_answer(question: str, color: str, shape: str, previous: Optional[str] =
             present = word in (color, shape)
             return "yes" if present != negated else "no"
     return "I can only answer questions about the colour and shape in the picture."
+
+
+# ---------------------------------------------------------------------------- the toy shop (01, 02, 06)
+SHOP_SYSTEM = ("You are a toy shop assistant. Look at the customer's picture, then use the "
+               "catalog_price tool with the colour and shape you see to quote the price.")
+PRICE_QUESTION = "What is the price of the shape in this picture?"
+PRICE_PARAPHRASES = ("Tell me the price of the shape in this picture.", "What is the price of the shape in this image?")
+
+
+def price_of(color: str, shape: str) -> str:
+    """The toy shop's catalog: a price per shape, 20 cents more per colour down the list."""
+    if shape not in SHAPES or color not in COLORS:
+        return f"no catalog entry for a {color} {shape}"
+    cents = {"circle": 300, "rectangle": 450, "triangle": 250}[shape] + 20 * COLORS.index(color)
+    return f"${cents // 100}.{cents % 100:02d}"
+
+
+@lru_cache(maxsize=1)
+def langchain_catalog_tool() -> Any:
+    """The catalog as the LangChain tool ``catalog_price`` (examples 01 and 06)."""
+    from langchain_core.tools import tool
+
+    @tool
+    def catalog_price(color: str, shape: str) -> str:
+        """Look up the price of a shape of the given colour in the shop's catalog."""
+        return price_of(color.lower(), shape.lower())
+
+    return catalog_price
+
+
+def shop_tasks(paraphrases: int = 2) -> list[tuple[str, str, Picture]]:
+    """The agent examples' runs, ``(label, question, picture)``: a task, the same task
+    again, ``paraphrases`` paraphrased tasks, the task about a different picture."""
+    blue_circle, red_triangle = picture("blue", "circle"), picture("red", "triangle")
+    labels = ["paraphrase"] if paraphrases == 1 else [f"paraphrase {n}" for n in range(1, paraphrases + 1)]
+    return ([("task", PRICE_QUESTION, blue_circle), ("same task again", PRICE_QUESTION, blue_circle)]
+            + [(label, q, blue_circle) for label, q in zip(labels, PRICE_PARAPHRASES)]
+            + [("different picture", PRICE_QUESTION, red_triangle)])
+
+
+def run_record(label: str, question: str, pic: Picture, answer: str, steps: list[dict[str, Any]],
+               calls: int, misses: int, **extra: Any) -> dict[str, Any]:
+    """What an agent example keeps of one run; ``correct``: the answer quotes the
+    catalog price of what the picture really shows (easy-vqa's labels)."""
+    return {"label": label, "question": question, "picture": pic.name, "answer": answer, "steps": steps,
+            **extra, "model_calls": calls, "cache_misses": misses,
+            "correct": price_of(pic.color, pic.shape) in answer}
+
+
+def agent_summary(example: str, stats: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The agent examples' summary (``stats``: the cache's ``stats()``), printed and
+    returned. Without the cache every recorded model call would have run the model."""
+    summary = {
+        "example": example,
+        "provider": provider(),
+        "l2": stats["config"]["tiers"]["L2"],
+        "runs": runs,
+        "model_calls": sum(r["model_calls"] for r in runs),
+        "model_calls_without_cache": sum(1 for r in runs for step in r["steps"] if "model" in step),
+        "hits_by_tier": {t: v.get("hit", 0) for t, v in stats["tiers"].items()},
+        "all_correct": all(r["correct"] for r in runs),
+    }
+    print(f"summary: {summary['model_calls']} model calls instead of {summary['model_calls_without_cache']}; "
+          f"hits by tier {summary['hits_by_tier']}; every answer has the catalog price: {summary['all_correct']}")
+    return summary

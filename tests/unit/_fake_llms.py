@@ -24,7 +24,7 @@ from llama_index.core.base.llms.types import (
     MessageRole,
     TextBlock,
 )
-from llama_index.core.bridge.pydantic import Field, PrivateAttr
+from llama_index.core.bridge.pydantic import BaseModel, Field, PrivateAttr
 from llama_index.core.llms import CustomLLM
 from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_callback
 from llama_index.core.schema import ImageDocument
@@ -101,18 +101,35 @@ def describe(messages: Sequence[ChatMessage]) -> str:
     return f"I see {', '.join(seen) or 'no picture'}. You asked: {question}"
 
 
-class VisionEchoLLM(CustomLLM):
-    """A multimodal test LLM that answers from the image and the text and counts calls."""
+class RecordedCalls(BaseModel):
+    """What the fake LlamaIndex models share: ``calls`` names each of their methods that
+    really ran, in order (a cache hit adds none); completions echo the prompt;
+    ``fail_stream_after`` breaks their streams after that many chunks."""
 
-    model: str = "vision-echo-1"
-    temperature: float = 0.0
-    api_key: str = Field(default="sk-test-secret", description="must never reach the scope")
     fail_stream_after: Optional[int] = None
     _calls: list = PrivateAttr(default_factory=list)
 
     @property
     def calls(self) -> list[str]:
         return self._calls
+
+    @llm_completion_callback()
+    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
+        self._calls.append("complete")
+        return CompletionResponse(text=f"Completion of: {prompt}")
+
+    @llm_completion_callback()
+    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
+        self._calls.append("stream_complete")
+        return completion_stream(f"Completion of: {prompt}", fail_after=self.fail_stream_after)
+
+
+class VisionEchoLLM(RecordedCalls, CustomLLM):
+    """A multimodal test LLM that answers from the image and the text and counts calls."""
+
+    model: str = "vision-echo-1"
+    temperature: float = 0.0
+    api_key: str = Field(default="sk-test-secret", description="must never reach the scope")
 
     @classmethod
     def class_name(cls) -> str:
@@ -146,16 +163,6 @@ class VisionEchoLLM(CustomLLM):
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
         self._calls.append("astream_chat")
         return as_async(chat_stream(describe(messages), fail_after=self.fail_stream_after))
-
-    @llm_completion_callback()
-    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        self._calls.append("complete")
-        return CompletionResponse(text=f"Completion of: {prompt}")
-
-    @llm_completion_callback()
-    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
-        self._calls.append("stream_complete")
-        return completion_stream(f"Completion of: {prompt}", fail_after=self.fail_stream_after)
 
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:

@@ -337,7 +337,7 @@ def test_engine_entry_lost_to_its_index_is_a_hit_again_after_the_check(make_engi
     assert eng.lookup(CacheRequest(text="question 5 reworded", text_embedding=x[5].tolist())).payload == {"i": 5}
 
 
-def test_index_is_checked_after_a_process_died_with_the_store_open_not_after_a_clean_close(tmp_path: Path) -> None:
+def test_after_crash_checks_after_a_process_died_with_the_store_open_not_after_a_clean_close(tmp_path: Path) -> None:
     path = str(tmp_path / "cache")
     ctx = mp_context()
     ready = ctx.Event()
@@ -349,24 +349,90 @@ def test_index_is_checked_after_a_process_died_with_the_store_open_not_after_a_c
     markers = lambda: sorted(p.name for p in Path(path).glob(".mlc-open-*"))  # noqa: E731
     assert len(markers()) == 1  # the dead child's
 
-    after_kill = ChromaStore(persist_directory=path)
+    after_kill = ChromaStore(persist_directory=path, check_index="after_crash")
     after_kill.client  # opening runs the check
     st = after_kill.index_stats()
     assert st["index_checks"] == 1 and st["index_check_errors"] == 0
     assert after_kill.last_index_check["l1"].rows == 30
     assert [m.split("-")[3] for m in markers()] == [str(os.getpid())]  # the dead child's is gone, ours is there
-    live_twin = ChromaStore(persist_directory=path)  # another live store in this process is no crash
+    live_twin = ChromaStore(persist_directory=path, check_index="after_crash")  # a live store here is no crash
     live_twin.client
     assert live_twin.index_stats()["index_checks"] == 0
     live_twin.close()
     after_kill.close()
     assert markers() == []
 
-    clean = ChromaStore(persist_directory=path)
+    clean = ChromaStore(persist_directory=path, check_index="after_crash")
     clean.client
     assert clean.index_stats()["index_checks"] == 0  # clean close: no check on the next open
     clean.close()
-    always = ChromaStore(persist_directory=path, check_index="always")
-    always.client
-    assert always.index_stats()["index_checks"] == 1
-    always.close()
+    default = ChromaStore(persist_directory=path)  # "always": vectors are lost without a crash too
+    default.client
+    assert default.check_index_mode == "always" and default.index_stats()["index_checks"] == 1
+    default.close()
+    never = ChromaStore(persist_directory=path, check_index="never")
+    never.client
+    assert never.index_stats()["index_checks"] == 0
+    never.close()
+
+
+def test_default_check_is_always_for_stored_caches_only() -> None:
+    assert ChromaStore(persist_directory="/nonexistent/x").check_index_mode == "always"
+    assert ChromaStore(chroma_host="127.0.0.1").check_index_mode == "always"
+    assert ChromaStore().check_index_mode == "after_crash"  # in memory: a new store, nothing to check
+    assert ChromaStore(client=object()).check_index_mode == "after_crash"  # a client of unknown kind
+    assert ChromaStore(persist_directory="/nonexistent/x", check_index="never").check_index_mode == "never"
+    with pytest.raises(ValueError, match="check_index"):
+        ChromaStore(check_index="sometimes")
+
+
+def _stored_engine_dir(make_engine: Callable[..., MLCEngine], path: str) -> CacheRequest:
+    eng = make_engine(persist_directory=path, enable_l2=False, warm_start=False, durable=True)
+    req = CacheRequest(text="What is the capital of France?", scope="m")
+    eng.update(req, "Paris")
+    eng.close()
+    return req
+
+
+def test_warm_start_runs_the_open_check_in_the_background(make_engine, tmp_path: Path) -> None:
+    path = str(tmp_path / "c")
+    req = _stored_engine_dir(make_engine, path)
+    eng = make_engine(persist_directory=path, enable_l2=False)
+    eng._warm.join(60)
+    assert eng.stats()["config"]["check_index"] == "always"
+    assert eng.store.index_stats()["index_checks"] >= 1  # before any call: not on the first call's path
+    checks = eng.store.index_stats()["index_checks"]
+    assert eng.lookup(req).tier == "L0.5"
+    assert eng.store.index_stats()["index_checks"] == checks
+
+
+def test_a_call_during_the_background_check_waits_for_it(make_engine, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The check re-inserts rows: a lookup must not run against an index half repaired. It
+    waits on the store lock until the check is done, then finds the entry."""
+    import threading
+
+    import mlc_integrations.storage as storage
+
+    path = str(tmp_path / "c")
+    req = _stored_engine_dir(make_engine, path)
+    checking, release = threading.Event(), threading.Event()
+    real_repair = storage.repair
+
+    def slow_repair(*a: Any, **kw: Any) -> Any:
+        checking.set()
+        assert release.wait(30)
+        return real_repair(*a, **kw)
+
+    monkeypatch.setattr(storage, "repair", slow_repair)
+    eng = make_engine(persist_directory=path, enable_l2=False)
+    assert checking.wait(30), "warm start did not start the check"
+    hits: list[Any] = []
+    caller = threading.Thread(target=lambda: hits.append(eng.lookup(req)))
+    caller.start()
+    caller.join(0.5)
+    assert caller.is_alive() and not hits  # waiting for the check
+    release.set()
+    caller.join(30)
+    assert hits and hits[0] is not None and hits[0].tier == "L0.5"
+    assert eng.store.index_stats()["index_checks"] >= 1 and eng.store.index_stats()["index_check_errors"] == 0

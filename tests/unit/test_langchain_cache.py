@@ -27,7 +27,7 @@ from mlc_integrations import (
     PayloadError,
 )
 from mlc_integrations.langchain import PromptParser
-from tests.helpers import jpeg_bytes, png_bytes, solid
+from tests.helpers import jpeg_bytes, png_bytes, record_answers, solid
 
 LLM_STRING = "fake-model---[('stop', None)]"
 
@@ -338,14 +338,7 @@ def test_answer_given_to_the_engine_is_the_text_the_user_reads(cache: Multimodal
                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """The verifier compares answers: the adapter hands the engine the generations' text,
     never LangChain's serialized payload."""
-    answers: list[Optional[str]] = []
-    update = cache.engine.update
-
-    def spy(request: Any, payload: Any, **kw: Any) -> Any:
-        answers.append(kw.get("answer"))
-        return update(request, payload, **kw)
-
-    monkeypatch.setattr(cache.engine, "update", spy)
+    answers = record_answers(cache.engine, monkeypatch)
     blocks = AIMessage(content=[{"type": "text", "text": "The shape is "},
                                 {"type": "reasoning", "reasoning": "red dominates"}, {"type": "text", "text": "red."}])
     tool_call_only = AIMessage(content="", tool_calls=[_tool_call("Oslo", "c1")])

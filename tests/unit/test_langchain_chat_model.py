@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from mlc_integrations import CachedChatModel, InvalidRequestError, MLCEngine, MultimodalSemanticCache, PayloadError
 from mlc_integrations.langchain.replay import CACHE_METADATA_KEY
-from tests.helpers import png_bytes, solid
+from tests.helpers import png_bytes, record_answers, solid
 from tests.unit._fake_chat import FakeToolChatModel, StreamBroke
 
 RED_PNG = png_bytes(solid((220, 30, 30)))
@@ -141,10 +141,7 @@ async def test_inside_a_chain_the_inner_run_sends_no_events_of_its_own(model: Ca
 @pytest.mark.parametrize("style", ["invoke", "stream", "astream"])
 async def test_answer_given_to_the_engine_is_the_text_the_user_reads(style: str, model: CachedChatModel,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    answers: list[Optional[str]] = []
-    update = model.engine.update
-    monkeypatch.setattr(model.engine, "update", lambda req, payload, **kw: answers.append(kw.get("answer"))
-                        or update(req, payload, **kw))
+    answers = record_answers(model.engine, monkeypatch)
     reply, _ = await call(model, style, ask(QUESTION))
     assert answers == [reply.content] and reply.content.startswith("Answer 1")
 

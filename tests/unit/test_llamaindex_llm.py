@@ -29,7 +29,7 @@ from PIL import Image
 
 from mlc_integrations import ImageDecodeError, InvalidRequestError, PayloadError
 from mlc_integrations.llamaindex import CachedFunctionCallingLLM, CachedMultiModalLLM, llm_scope
-from tests.helpers import pattern, png_bytes
+from tests.helpers import pattern, png_bytes, record_answers
 from tests.unit._fake_llms import BLUE, PARAPHRASE, QUESTION, RED, StreamBroke, VisionEchoLLM, image_doc, user
 
 MODES = ["chat", "achat", "stream_chat", "astream_chat", "complete", "acomplete", "stream_complete", "astream_complete"]
@@ -150,15 +150,7 @@ async def test_last_hit_after_a_call_in_a_child_task_is_that_calls(cached, inner
 @pytest.fixture
 def answers(cached, monkeypatch) -> list[Optional[str]]:
     """Every ``answer`` the wrapper hands ``engine.update``."""
-    seen: list[Optional[str]] = []
-    update = cached.engine.update
-
-    def spy(request: Any, payload: Any, **kw: Any) -> Any:
-        seen.append(kw.get("answer"))
-        return update(request, payload, **kw)
-
-    monkeypatch.setattr(cached.engine, "update", spy)
-    return seen
+    return record_answers(cached.engine, monkeypatch)
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -16,12 +16,10 @@ from llama_index.core.base.llms.types import (
     ChatResponseAsyncGen,
     ChatResponseGen,
     CompletionResponse,
-    CompletionResponseGen,
     LLMMetadata,
     MessageRole,
     ToolCallBlock,
 )
-from llama_index.core.bridge.pydantic import PrivateAttr
 from llama_index.core.callbacks import CallbackManager, CBEventType, LlamaDebugHandler
 from llama_index.core.instrumentation import get_dispatcher
 from llama_index.core.instrumentation.event_handlers import BaseEventHandler
@@ -40,7 +38,7 @@ from llama_index.core.tools import FunctionTool
 
 from mlc_integrations.llamaindex import CachedFunctionCallingLLM, CachedMultiModalLLM
 from tests.helpers import solid
-from tests.unit._fake_llms import QUESTION, RED, VisionEchoLLM, as_async, chat_stream, completion_stream, describe, user
+from tests.unit._fake_llms import QUESTION, RED, RecordedCalls, VisionEchoLLM, as_async, chat_stream, describe, user
 
 
 def multiply(a: int, b: int) -> int:
@@ -58,16 +56,11 @@ def colour_of_picture() -> str:
     return "red"
 
 
-class ToolVisionLLM(FunctionCallingLLM):
+class ToolVisionLLM(RecordedCalls, FunctionCallingLLM):
     """A function-calling test model in the OpenAI style: tools arrive as JSON specs in
     ``tools=``, tool calls leave as ``ToolCallBlock`` s with fresh random ids."""
 
     model: str = "tool-vision-1"
-    _calls: list = PrivateAttr(default_factory=list)
-
-    @property
-    def calls(self) -> list[str]:
-        return self._calls
 
     @classmethod
     def class_name(cls) -> str:
@@ -117,23 +110,13 @@ class ToolVisionLLM(FunctionCallingLLM):
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         self._calls.append("stream_chat")
         message = self._respond(messages, kwargs.get("tools"))
-        return chat_stream(message.content or "", final=message)
+        return chat_stream(message.content or "", final=message, fail_after=self.fail_stream_after)
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
         self._calls.append("astream_chat")
         message = self._respond(messages, kwargs.get("tools"))
-        return as_async(chat_stream(message.content or "", final=message))
-
-    @llm_completion_callback()
-    def complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
-        self._calls.append("complete")
-        return CompletionResponse(text=f"Completion of: {prompt}")
-
-    @llm_completion_callback()
-    def stream_complete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponseGen:
-        self._calls.append("stream_complete")
-        return completion_stream(f"Completion of: {prompt}")
+        return as_async(chat_stream(message.content or "", final=message, fail_after=self.fail_stream_after))
 
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False, **kwargs: Any) -> CompletionResponse:
