@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from ..keys import exact_text
 from .signals import (
     FEATURE_NAMES,
     SIGNAL_NAMES,
@@ -308,6 +309,11 @@ class Verifier:
         model = self.model_for(have_text, cosine is not None, have_vectors)
         if model is None:
             return float("nan"), ""
+        if have_text and exact_text(new_text) == exact_text(stored_text):  # type: ignore[arg-type]
+            # The same request text (an L2 candidate: same question, a near-identical
+            # picture): nothing on the text side can differ. No training pair is identical,
+            # so the models would extrapolate here.
+            return 1.0, model.name
         if have_text:
             sig = text_features(new_text, stored_text, float(cosine) if cosine is not None else 0.0,  # type: ignore[arg-type]
                                 self.weights, edits=model.reads_edits)
@@ -325,4 +331,5 @@ class Verifier:
         x = np.stack([text_features(b, a, float(c), self.weights, edits, (profile(b), profile(a)))
                       for (a, b), c in zip(pairs, cosines)])
         u, v = vectors if vectors is not None else (None, None)
-        return self.models[model].probability(x, u, v)
+        same = np.asarray([exact_text(a) == exact_text(b) for a, b in pairs])
+        return np.where(same, 1.0, self.models[model].probability(x, u, v))
