@@ -5,6 +5,7 @@ Runtime fp32 vs ONNX Runtime int8 (:mod:`mlc_integrations.text_onnx`).
     ./dev python benchmarks/text_encoder.py --section latency     # single-sentence latency, 1 and 2 threads
     ./dev python benchmarks/text_encoder.py --section first-use   # fresh processes: export, load, first vector
     ./dev python benchmarks/text_encoder.py --section agreement   # int8/fp32 vs torch on the evaluation sets
+    ./dev python benchmarks/text_encoder.py --section sweep       # int8 variants (which nodes stay fp32)
     ./dev python benchmarks/text_encoder.py --quick               # smaller counts
 
 Latency: the three backends run interleaved (round-robin per sentence, rotating who goes
@@ -79,7 +80,7 @@ def latency(n: int) -> None:
         fns: dict[str, Callable[[str], object]] = {
             "torch fp32 (sentence-transformers)": lambda s: torch_model.encode([s]),
             "ONNX fp32": lambda s: onnx32[threads].encode([s]),
-            f"ONNX {int8[threads].precision}": lambda s: int8[threads].encode([s]),
+            f"ONNX {int8[threads].precision} (fp32 <= {text_onnx.SHORT_TOKENS} tokens)": lambda s: int8[threads].encode([s]),
         }
         names = list(fns)
         for s in texts[:10]:  # warm-up
@@ -125,18 +126,18 @@ def first_use() -> None:
     print("| backend | cache | import | load + first vector | next vector, ms | export (meta.json) |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as cache:
-        rows = [("torch", "-"), ("onnx-int8", "empty (exports)"), ("onnx-int8", "warm"),
-                ("onnx-fp32", "empty (exports)"), ("onnx-fp32", "warm")]
+        rows = [("torch", "-"), ("onnx-int8", "empty (exports)"), ("onnx-int8", "warm"), ("onnx-fp32", "warm")]
         for backend, state in rows:
             r = _child(backend, cache)
             export = ""
             if state.startswith("empty"):
                 metas = [json.loads(p.read_text()) for p in Path(cache).glob("text-onnx/*/meta.json")]
-                export = ", ".join(f"{m['precision']} {m['export_seconds']:.1f} s" for m in metas)
+                export = ", ".join(f"{m['export_seconds']:.1f} s (int8 {'kept' if m['int8'] else 'rejected'})"
+                                   for m in metas)
             print(f"| {r['backend']} | {state} | {r['import_s']:.2f} | {r['load_and_first_s']:.2f} | "
                   f"{r['second_ms']:.1f} | {export} |")
-        sizes = {p.parent.name: p.stat().st_size / 1e6 for p in Path(cache).glob("text-onnx/*/model.onnx")}
-        print(f"\ncached files: " + ", ".join(f"{k}: {v:.1f} MB" for k, v in sorted(sizes.items())) + "\n")
+        sizes = {p.name: p.stat().st_size / 1e6 for p in Path(cache).glob("text-onnx/*/*.onnx")}
+        print("\ncached files: " + ", ".join(f"{k} {v:.1f} MB" for k, v in sorted(sizes.items())) + "\n")
 
 
 # --------------------------------------------------------------------------- agreement
@@ -186,9 +187,70 @@ def agreement(n_qqp: int) -> None:
     print()
 
 
+# --------------------------------------------------------------------------- sweep
+# Short prompts of the kind a chat cache sees (written for this benchmark): the evaluation
+# sets hold few texts of <= SHORT_TOKENS tokens.
+SHORT_PROMPTS = ["hello", "hi", "thanks", "yes", "no", "help", "what?", "why", "ok", "good morning",
+                 "describe the picture.", "translate this", "summarize", "weather today", "who are you?",
+                 "tell me a joke", "continue", "again", "stop", "thank you so much", "I see", "cool", "sure", "go on"]
+
+
+def sweep(n_qqp: int) -> None:
+    """Which nodes to leave fp32: int8 variants of the cached fp32 file against torch, per
+    text length (texts of <= SHORT_TOKENS tokens are served by fp32 whatever is chosen)."""
+    sets = eval_texts(n_qqp)
+    texts = sorted({t for ts in sets.values() for t in ts} | set(SHORT_PROMPTS))
+    entry = text_onnx.build(MODEL)
+    fp32_file = entry / "fp32.onnx"
+    tok = text_onnx.load_tokenizer(MODEL)
+    ntok = np.array([len(tok.encode(t).ids) for t in texts])
+    ref = TextEmbedder(None, backend="torch")._ensure().encode(texts)
+    layers = int(json.loads((MODEL / "config.json").read_text())["num_hidden_layers"])
+    ffn_out = [f"/transformer/encoder/layer.{i}/output/dense/MatMul" for i in range(layers)]
+    chosen = json.loads((entry / "meta.json").read_text())["int8_fp32_nodes"]
+    variants = {
+        "fp32 (reference for latency)": None,
+        "per-tensor weights, all int8": ([], False),
+        "per-channel, all int8": ([], True),
+        "per-channel, fp32: layer-0 attention + FFN out of layers 0-2": (["Attention_0"] + ffn_out[:3], True),
+        "per-channel, fp32: layer 0 + every FFN out (shipped)": (chosen, True),
+    }
+    cos: dict[str, np.ndarray] = {}
+    ms: dict[str, np.ndarray] = {}
+    with tempfile.TemporaryDirectory() as work:
+        encs = {}
+        for name, spec in variants.items():
+            f = fp32_file
+            if spec is not None:
+                f = Path(work) / f"v{len(encs)}.onnx"
+                text_onnx.quantize(fp32_file, f, spec[0], per_channel=spec[1])
+            encs[name] = text_onnx.OnnxTextEncoder.from_files(MODEL, f, threads=1)
+        names = list(encs)
+        cos = {k: np.zeros(len(texts)) for k in names}
+        ms = {k: np.zeros(len(texts)) for k in names}
+        for i, t in enumerate(texts):  # interleaved, one text per call as served
+            for k in names[i % len(names):] + names[:i % len(names)]:
+                t0 = time.perf_counter()
+                v = encs[k].encode([t])[0]
+                ms[k][i] = (time.perf_counter() - t0) * 1e3
+                cos[k][i] = float(v @ ref[i])
+    short = ntok <= text_onnx.SHORT_TOKENS
+    print(f"## int8 variants vs torch ({len(texts)} texts: the evaluation sets + {len(SHORT_PROMPTS)} short prompts; "
+          f"{int(short.sum())} of <= {text_onnx.SHORT_TOKENS} tokens)\n")
+    print(f"| variant | > {text_onnx.SHORT_TOKENS} tokens: min cosine | p1 | median | texts < 0.99 | "
+          f"<= {text_onnx.SHORT_TOKENS} tokens: min cosine | latency vs fp32 (median of per-text ratios) |")
+    print("|---|---|---|---|---|---|---|")
+    for k in names:
+        c, cs = cos[k][~short], cos[k][short]
+        print(f"| {k} | {c.min():.4f} | {pct(c, 1):.4f} | {np.median(c):.4f} | {int((c < 0.99).sum())} | "
+              f"{cs.min():.4f} | {np.median(ms[k] / ms[names[0]]):.3f} |")
+    print()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--section", choices=["all", "latency", "first-use", "agreement"], default="all")
+    ap.add_argument("--section", choices=["all", "latency", "first-use", "agreement", "sweep"], default="all",
+                    help="sweep (the int8 variants; not part of all)")
     ap.add_argument("--quick", action="store_true", help="fewer sentences and pairs")
     ap.add_argument("--pairs", type=int, default=None, help="qqp_val pairs for agreement (default 12129, quick 1000)")
     args = ap.parse_args()
@@ -200,6 +262,8 @@ def main() -> None:
         latency(100 if args.quick else 400)
     if args.section in ("all", "agreement"):
         agreement(n_pairs)
+    if args.section == "sweep":
+        sweep(2000 if not args.quick else 500)
 
 
 if __name__ == "__main__":

@@ -57,17 +57,17 @@ def cache_env(onnx_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 @pytest.fixture(scope="session")
 def torch_vectors() -> np.ndarray:
-    return TextEmbedder(None, backend="torch").embed(SENTENCES)
+    return TextEmbedder.shared(None, backend="torch").embed(SENTENCES)
 
 
-def test_export_is_int8_and_records_its_self_check(cache_env: Path) -> None:
+def test_export_keeps_int8_and_records_its_self_check(cache_env: Path) -> None:
     (entry,) = [p for p in (cache_env / "text-onnx").iterdir() if p.is_dir()]
     meta = json.loads((entry / "meta.json").read_text())
-    assert meta["precision"] == "int8"
-    assert meta["probe_min_cosine"] >= text_onnx.MIN_PROBE_COSINE
+    assert meta["int8"] is True and meta["probe_min_cosine"] >= text_onnx.MIN_PROBE_COSINE
     assert meta["source_digest"] == text_onnx.source_digest(MODEL_DIR)
     assert meta["fusions"]["Attention"] == 6  # the BERT fusion found every layer
-    assert (entry / "model.onnx").stat().st_size < 40e6  # int8, not the 90 MB fp32 graph
+    assert set(meta["int8_fp32_nodes"]) >= {"Attention_0", "/transformer/encoder/layer.0/output/dense/MatMul"}
+    assert (entry / "int8.onnx").stat().st_size < 0.4 * (entry / "fp32.onnx").stat().st_size
 
 
 def test_int8_agrees_with_torch(cache_env: Path, torch_vectors: np.ndarray) -> None:
@@ -94,10 +94,20 @@ def test_a_texts_vector_does_not_depend_on_its_batch(cache_env: Path) -> None:
     np.testing.assert_array_equal(alone, together)
 
 
+def test_short_texts_take_the_fp32_file(cache_env: Path) -> None:
+    """A text of at most SHORT_TOKENS tokens gets exactly the fp32 vector; a longer one the int8 one."""
+    hybrid = text_onnx.OnnxTextEncoder.open(MODEL_DIR)
+    fp32 = text_onnx.OnnxTextEncoder.open(MODEL_DIR, quantize=False)
+    short, long_ = "thanks", "How do I reset my password without my old email address?"
+    assert hybrid.precision == "int8" and fp32.precision == "fp32"
+    np.testing.assert_allclose(hybrid.encode([short]), fp32.encode([short]), atol=1e-6)
+    assert not np.allclose(hybrid.encode([long_]), fp32.encode([long_]), atol=1e-4)
+
+
 def test_truncation_matches_sentence_transformers(cache_env: Path) -> None:
     long_text = "the cache answers repeated questions " * 80  # > 256 tokens
     enc = text_onnx.OnnxTextEncoder.open(MODEL_DIR, quantize=False)
-    ref = TextEmbedder(None, backend="torch").embed([long_text])[0]
+    ref = TextEmbedder.shared(None, backend="torch").embed([long_text])[0]
     assert float(enc.encode([long_text])[0] @ ref) >= 0.99999
 
 
@@ -109,7 +119,7 @@ def test_second_load_reuses_the_cache(cache_env: Path, monkeypatch: pytest.Monke
     before = sorted(p.name for p in (cache_env / "text-onnx").iterdir())
     first = text_onnx.OnnxTextEncoder.open(MODEL_DIR)
     second = text_onnx.OnnxTextEncoder.open(MODEL_DIR)
-    assert first.path == second.path and first.path.parent.parent == cache_env / "text-onnx"
+    assert first.path == second.path and first.path.parent == cache_env / "text-onnx"
     assert sorted(p.name for p in (cache_env / "text-onnx").iterdir()) == before
 
 
