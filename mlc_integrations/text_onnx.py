@@ -202,11 +202,14 @@ def _torch_pipeline(d: Path) -> Any:
     import torch
     from transformers import AutoModel
 
+    from .models import quiet_progress_bars
+
     class SentencePipeline(torch.nn.Module):
         def __init__(self) -> None:
             super().__init__()
             # eager attention: the pattern ORT's BERT fusion recognizes
-            self.transformer = AutoModel.from_pretrained(str(d), attn_implementation="eager")
+            with quiet_progress_bars():
+                self.transformer = AutoModel.from_pretrained(str(d), attn_implementation="eager")
 
         def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
             hidden = self.transformer(input_ids=input_ids, attention_mask=attention_mask,
@@ -246,9 +249,19 @@ def quantize(fp32_file: Path, out_file: Path, fp32_nodes: Sequence[str], *, per_
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    quantize_dynamic(str(fp32_file), str(out_file), weight_type=QuantType.QInt8, per_channel=per_channel,
-                     nodes_to_exclude=list(fp32_nodes),
-                     extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT, "MatMulConstBOnly": True})
+    # The quantizer logs advice on the root logger ("consider pre-processing"); a library's
+    # one-time export must not print into the application's logs. Dropped for this call only.
+    def advice(record: logging.LogRecord) -> bool:
+        return "onnxruntime" not in record.pathname or "quantiz" not in record.pathname
+
+    root = logging.getLogger()
+    root.addFilter(advice)
+    try:
+        quantize_dynamic(str(fp32_file), str(out_file), weight_type=QuantType.QInt8, per_channel=per_channel,
+                         nodes_to_exclude=list(fp32_nodes),
+                         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT, "MatMulConstBOnly": True})
+    finally:
+        root.removeFilter(advice)
 
 
 def export(model_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
