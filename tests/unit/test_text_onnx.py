@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import socket
@@ -42,11 +44,30 @@ def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
         raise OSError("network disabled in this test")
 
     mp.setattr(socket.socket, "connect", refuse)
+    # what the export prints or logs at WARNING and above (a library's first use must be quiet)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger().addHandler(handler)
+    err = io.StringIO()
     try:
-        text_onnx.OnnxTextEncoder.open(MODEL_DIR)
+        with contextlib.redirect_stderr(err):
+            text_onnx.OnnxTextEncoder.open(MODEL_DIR)
     finally:
+        logging.getLogger().removeHandler(handler)
         mp.undo()
+    EXPORT_NOISE.extend([err.getvalue()] if err.getvalue().strip() else [])
+    EXPORT_NOISE.extend(r.getMessage() for r in records)
     yield root
+
+
+EXPORT_NOISE: list[str] = []
+
+
+def test_first_use_export_is_quiet(onnx_cache: Path) -> None:
+    """No progress bar, no quantizer advice on the root logger: the export runs inside an
+    application's first cache call."""
+    assert EXPORT_NOISE == []
 
 
 @pytest.fixture
