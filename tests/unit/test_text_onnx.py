@@ -224,7 +224,10 @@ def test_engine_and_adapter_choose_the_text_backend(monkeypatch: pytest.MonkeyPa
         assert eng.text_embedder.backend == "torch"
     finally:
         eng.close()
-    cache = MultimodalSemanticCache(text_backend="torch", image_encoder=None)
-    assert cache.engine.text_embedder is eng.text_embedder  # one shared model per (name, backend)
+    cache = MultimodalSemanticCache(persist_directory=None, text_backend="torch", image_encoder=None)
+    try:
+        assert cache.engine.text_embedder is eng.text_embedder  # one shared model per (name, backend)
+    finally:
+        cache.engine.close()
     with pytest.raises(ValueError, match="text backend"):
         MLCEngine(text_backend="tensorrt", image_encoder=None)
