@@ -80,7 +80,7 @@ def minilm(args: argparse.Namespace) -> None:
 
     from mlc_integrations.models import TextEmbedder
 
-    model = TextEmbedder.shared(None)._ensure()
+    model = TextEmbedder.shared(None, backend="torch")._ensure()  # the ONNX backends: benchmarks/text_encoder.py
     for threads in (1, 2):
         torch.set_num_threads(threads)
         ms = _median_ms(lambda i: model.encode([f"What colour is the shape number {i} in this image?"]), 30)

