@@ -8,7 +8,9 @@ Runs the stream once through LangChain's cache path against the ground-truth ora
 (no latency: only decisions matter here), reading the adapter's ``last_lookup`` after
 each request. ``--config`` picks ``defaults`` (``mlc-scenes-tiny`` on L2, the sweep's
 "MLC defaults") or ``shipped`` (``MultimodalSemanticCache()``, L2 on the default image
-encoder).
+encoder). ``--l2-image-threshold`` overrides the L2 image threshold of ``defaults``
+(everything else stays the default): choose it on ``--split train``, then check it once
+on the test split.
 """
 
 from __future__ import annotations
@@ -71,16 +73,19 @@ def diagnose(workload: Workload, cache: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def markdown(workload: Workload, config: str, rows: list[dict[str, Any]]) -> str:
+def markdown(workload: Workload, config: str, rows: list[dict[str, Any]], command: str = "") -> str:
     wrong = [r for r in rows if r["outcome"] == "wrong"]
     missed = [r for r in rows if r["reusable"] and r["outcome"] == "miss"]
     served = sum(1 for r in rows if r["reusable"] and r["outcome"] == "hit")
     n_reusable = sum(1 for r in rows if r["reusable"])
     n = len(rows)
+    changed = [r for r in rows if r["kind"].endswith("answer changed")]
+    changed_line = (f" Requests whose answer an edit changed: {len(changed)}, reused "
+                    f"{sum(r['outcome'] != 'miss' for r in changed)}." if changed else "")
     lines = [f"# Scenes diagnosis: {workload.name}, {config}", "",
              f"{workload.description}. {n} requests; accuracy {(n - len(wrong)) / n:.3f} ({len(wrong)} wrong hits); "
-             f"oracle-reusable served {served} of {n_reusable} ({served / max(1, n_reusable):.1%}).", "",
-             f"Reproduce: `python -m mlc_integrations.eval.scene_diagnose --workload {workload.name} --config {config}`", "",
+             f"oracle-reusable served {served} of {n_reusable} ({served / max(1, n_reusable):.1%})." + changed_line, "",
+             f"Reproduce: `python -m mlc_integrations.eval.scene_diagnose --workload {workload.name} {command}`", "",
              "## Wrong hits", "",
              "| kind | family | request | truth | reused answer | tier | scores | stored question |",
              "|---|---|---|---|---|---|---|---|"]
@@ -103,15 +108,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     ap.add_argument("--workload", default="scenes", choices=("scenes", "scenes-edit"))
     ap.add_argument("--config", default="defaults", choices=("defaults", "shipped"))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--split", default="test", choices=("test", "train"))
+    ap.add_argument("--l2-image-threshold", type=float, default=None, help="with --config defaults only")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default=None, help="Markdown file (default: stdout)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    wl = build(args.workload, quick=args.quick, seed=args.seed, split="test")
+    if args.l2_image_threshold is not None and args.config != "defaults":
+        ap.error("--l2-image-threshold applies to --config defaults")
+    wl = build(args.workload, quick=args.quick, seed=args.seed, split=args.split)
     clip = scenes_clip()
     warm_models(clip)
-    cache = mlc_cache(clip_model=clip) if args.config == "defaults" else _shipped()
-    md = markdown(wl, args.config, diagnose(wl, cache))
+    over = {} if args.l2_image_threshold is None else {"l2_image_threshold": args.l2_image_threshold}
+    cache = mlc_cache(clip_model=clip, **over) if args.config == "defaults" else _shipped()
+    argv_text = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
+                         if k in ("config", "split", "l2_image_threshold", "seed") and v not in (None, 0, "test"))
+    config = args.config + (f", l2_image_threshold={args.l2_image_threshold:g}" if over else "")
+    md = markdown(wl, config, diagnose(wl, cache), argv_text + (" --quick" if args.quick else ""))
     if args.out:
         Path(args.out).write_text(md)
     else:
