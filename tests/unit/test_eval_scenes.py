@@ -220,3 +220,21 @@ def test_scenes_clip_is_small_reproducible_and_loads_through_the_engine(tmp_path
     assert eng.l2_status == "on" and hit is not None and hit.tier == "L2"
     other = recolor_object(s, s.objects[0].oid, next(c for c in COLORS if c != s.objects[0].color))
     assert eng.lookup(CacheRequest(text="what color is the square?", images=[render(other, Camera(noise_seed=1))])) is None
+
+
+def test_diagnosis_lists_each_wrong_hit_and_each_unserved_reusable_request(text_embedder: Any) -> None:
+    from mlc_integrations.eval.backends import GroundTruthOracle
+    from mlc_integrations.eval.baselines import mlc_cache
+    from mlc_integrations.eval.runner import run_workload
+    from mlc_integrations.eval.scene_diagnose import diagnose, markdown
+    from mlc_integrations.eval.scene_experiments import scenes_clip
+
+    wl = edit_stream(n_scenes=1, seed=0)
+    rows = diagnose(wl, mlc_cache(clip_model=scenes_clip()))
+    run = run_workload(wl, mlc_cache(clip_model=scenes_clip()), GroundTruthOracle(latency_s=0.0), config="MLC defaults")
+    assert [r["outcome"] for r in rows] == run.outcomes  # the same decisions as the sweep's runner
+    assert all(r["tier"] in ("L0.5", "L1", "L2") for r in rows if r["outcome"] != "miss")
+    md = markdown(wl, "defaults", rows)
+    wrong = [r for r in rows if r["outcome"] == "wrong"]
+    missed = [r for r in rows if r["reusable"] and r["outcome"] == "miss"]
+    assert md.count("\n| after ") + md.count("\n| camera ") + md.count("\n| first ") == len(wrong) + len(missed)
