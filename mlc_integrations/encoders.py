@@ -13,15 +13,18 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 
 from .errors import ModelUnavailableError
 from .image_encoders import ImageEncoder, resolve_image_encoder
-from .images import fingerprint
+from .images import FINGERPRINT_MODEL, fingerprint
 from .keys import KeyedRequest
 from .models import TextEmbedder, resolve_text_backend
+
+if TYPE_CHECKING:
+    from .entries import NewEntry
 
 log = logging.getLogger(__name__)
 
@@ -151,3 +154,20 @@ class TierEncoders:
             v = clip.embed_images([im.pil for im in kr.images], [im.digest for im in kr.images])
             kr.features["clip_images"] = v
         return v
+
+    def fill_vectors(self, entry: "NewEntry", kr: KeyedRequest, *, l1: bool, l2: bool, defer_images: bool) -> None:
+        """Every vector a new entry needs, before anything is written. With
+        ``defer_images`` an image encoding the lookup did not already pay for (it was
+        pre-screened) runs later, in the background writer."""
+        if l1:
+            entry.text_vec, entry.text_model = self.text_vec(kr), self.text_model
+        clip = self.image_tower if l2 else None
+        if clip is None:
+            return
+        entry.image_model, entry.prompt_model = self.image_model, self.prompt_model
+        entry.prompt_vec = self.prompt_vec(kr, clip)
+        entry.fprint_vecs, entry.fprint_model = self.fingerprints(kr), FINGERPRINT_MODEL
+        if "clip_images" in kr.features or not defer_images:
+            entry.image_vecs = self.image_vecs(kr, clip)
+        else:
+            entry.embed_images = lambda: self.image_vecs(kr, clip)

@@ -11,7 +11,6 @@ verifier (:mod:`.verify`) — see docs/architecture.md.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import threading
 import time
@@ -19,17 +18,25 @@ from typing import Any, Callable, Optional
 
 from .dirlock import DirectoryLock
 from .encoders import TierEncoders
-from .entries import NO_EXPIRY, EntryKeys, EntryMeta, EntryStore, NewEntry, answer_of
-from .errors import InvalidRequestError, MLCError, PayloadError, StorageError
+from .entries import NO_EXPIRY, EntryKeys, EntryMeta, EntryStore, NewEntry, answer_of, serialize_payload
+from .errors import InvalidRequestError, MLCError, StorageError
 from .eviction import DEFAULT_EVICTION_POLICY, Eviction
-from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, FINGERPRINT_MODEL, DecodedImage
+from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DecodedImage
 from .keys import Keyer, KeyedRequest, scope_digest
 from .image_encoders import DEFAULT_IMAGE_ENCODER, ImageEncoder
 from .models import ClipSpec, TextEmbedder
 from .request import CacheRequest, Hit, Lookup
-from .stats import EngineStats
+from .stats import EngineStats, engine_stats
 from .storage import DEFAULT_SEARCH_EF, ChromaStore
-from .tiers import ExactTier, MultimodalTier, TextSemanticTier
+from .tiers import (
+    DEFAULT_L1_THRESHOLD,
+    DEFAULT_L2_IMAGE_THRESHOLD,
+    DEFAULT_L2_PRESCREEN,
+    DEFAULT_L2_PROMPT_THRESHOLD,
+    ExactTier,
+    MultimodalTier,
+    TextSemanticTier,
+)
 from .writebehind import DEFAULT_MAX_PENDING, PendingEntries
 from .verify import DEFAULT_EXPLORE_RATE, DEFAULT_MIN_PRECISION, VerificationPolicy, make_policy
 
@@ -38,21 +45,6 @@ __all__ = ["MLCEngine", "answer_of", "DEFAULT_L1_THRESHOLD", "DEFAULT_L2_IMAGE_T
 
 log = logging.getLogger(__name__)
 
-# L1 and the L2 prompt side only *retrieve* candidates for the verifier (verify/),
-# which decides reuse: 0.80 reaches 76 % of qqp_val duplicates and every easy-vqa
-# paraphrase above 0.80 (raw cosine alone needed 0.95 and still reused negations).
-# Reproduce: `python -m mlc_integrations.eval.train_verifier train` (table "Retrieval
-# floor") and `... train_verifier vqa`; see docs/verification.md. With verifier="off"
-# pass l1_threshold=0.95 for the old raw-cosine behaviour.
-DEFAULT_L1_THRESHOLD = 0.80
-DEFAULT_L2_IMAGE_THRESHOLD = 0.95  # for an image encoder without its own calibrated threshold
-DEFAULT_L2_PROMPT_THRESHOLD = 0.80
-# The L2 pre-screen: a stored fingerprint this close to a new picture's is needed before the
-# image encoder runs. At 0.5 it lost 0 of 517 encoder hits among near-duplicates of 67 real
-# pictures and 0 of 178 among consecutive real video frames, and saved the encoder run for
-# 97.5 % of pairs of different pictures (`python -m mlc_integrations.eval.prescreen`,
-# docs/results/prescreen.md).
-DEFAULT_L2_PRESCREEN = 0.5
 _UNSET: Any = object()
 
 
@@ -345,12 +337,7 @@ class MLCEngine:
 
     def _update(self, request: CacheRequest, payload: Any, ttl: Optional[float], answer: Optional[str]) -> str:
         kr = self.key(request)
-        try:
-            doc = json.dumps(payload, ensure_ascii=False, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise PayloadError(f"response payload is not JSON-serializable: {exc}") from exc
-        if len(doc.encode("utf-8", "surrogatepass")) > self.max_response_bytes:
-            raise PayloadError(f"response is larger than max_response_bytes={self.max_response_bytes}")
+        doc = serialize_payload(payload, self.max_response_bytes)
         now = self._clock()
         ttl = ttl if ttl is not None else self.ttl
         answer = answer_of(payload) if answer is None else str(answer)
@@ -359,20 +346,10 @@ class MLCEngine:
         entry = NewEntry(entry_id=kr.entry_id, document=doc, partitions=kr.partitions(),
                          meta=EntryMeta(keys, created_at=now, last_access=now, answer=answer,
                                         text=kr.text if self.store_prompts else None))
-        # Compute every vector before writing anything, so a model failure writes nothing.
-        enc = self.encoders
-        embeddable = kr.embeddable and bool(kr.norm_text)
-        if self.enable_l1 and embeddable:
-            entry.text_vec, entry.text_model = enc.text_vec(kr), enc.text_model
-        clip = enc.image_tower if (self.enable_l2 and self._l2_applicable(kr)) else None
-        if clip is not None:
-            entry.image_model, entry.prompt_model = enc.image_model, enc.prompt_model
-            entry.prompt_vec = enc.prompt_vec(kr, clip)
-            entry.fprint_vecs, entry.fprint_model = enc.fingerprints(kr), FINGERPRINT_MODEL
-            if "clip_images" in kr.features or self.pending is None:
-                entry.image_vecs = enc.image_vecs(kr, clip)
-            else:  # the lookup was pre-screened: the encoder runs in the background writer
-                entry.embed_images = lambda: enc.image_vecs(kr, clip)
+        # Every vector before anything is written, so a model failure writes nothing.
+        self.encoders.fill_vectors(entry, kr, l1=self.enable_l1 and kr.embeddable and bool(kr.norm_text),
+                                   l2=self.enable_l2 and self._l2_applicable(kr),
+                                   defer_images=self.pending is not None)
         self.eviction.access.touch(kr.entry_id, now)
         if self.pending is not None:
             self.pending.submit(entry)
@@ -459,35 +436,7 @@ class MLCEngine:
 
     def stats(self) -> dict[str, Any]:
         """Per-tier hits/misses, lookup latency percentiles, errors, entries, configuration."""
-        snap = self._stats.snapshot()
-        try:
-            snap["entries"] = self.count()
-        except Exception as exc:
-            snap["entries"] = None
-            snap["errors"]["stats_count"] = snap["errors"].get("stats_count", 0) + 1
-            log.debug("stats: count failed: %s", exc)
-        snap["config"] = {
-            "storage": self.storage_mode,
-            "l1_threshold": self.l1_threshold,
-            "l2_image_threshold": self.l2_image_threshold,
-            "l2_prompt_threshold": self.l2_prompt_threshold,
-            "image_encoder": self.encoders.image_model or None,
-            "l2_prescreen": self.multimodal_tier.prescreen_threshold,
-            "tiers": {
-                "L0.5": "on" if self.enable_exact else "off",
-                "L1": "on" if self.enable_l1 else "off",
-                "L2": self.l2_status,
-            },
-            "ttl": self.ttl,
-            **self.eviction.config(),
-            "strict": self.strict,
-            "durable": self.durable,
-            "warm_start": self._warm is not None,
-            "check_index": self.store.check_index_mode,
-        }
-        snap["verification"] = self.verification.stats() if self.verification is not None else {"mode": "off"}
-        snap["index"] = self.store.index_stats()  # vectors found unreachable after a crash and repaired
-        return snap
+        return engine_stats(self)
 
     def reset_stats(self) -> None:
         self._stats.reset()

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
+from .errors import PayloadError
 from .stats import EngineStats
 from .storage import ChromaStore
 
@@ -378,3 +379,14 @@ class EntryStore:
         if embs is not None:
             out.update({i: np.asarray(e, dtype=np.float32) for i, e in zip(res["ids"], embs)})
         return out
+
+
+def serialize_payload(payload: Any, max_bytes: int) -> str:
+    """The stored document of a response: JSON, at most ``max_bytes`` (PayloadError else)."""
+    try:
+        doc = json.dumps(payload, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(f"response payload is not JSON-serializable: {exc}") from exc
+    if len(doc.encode("utf-8", "surrogatepass")) > max_bytes:
+        raise PayloadError(f"response is larger than max_response_bytes={max_bytes}")
+    return doc

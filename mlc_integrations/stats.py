@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import defaultdict, deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .engine import MLCEngine
+
+log = logging.getLogger(__name__)
 
 TIERS = ("L0.5", "L1", "L2")
 
@@ -78,3 +84,36 @@ class EngineStats:
                 self._tier[t].clear()
             self._lat.clear()
             self._errors.clear()
+
+
+def engine_stats(engine: "MLCEngine") -> dict[str, Any]:
+    """:meth:`MLCEngine.stats`: the counters, the entry count and the configuration."""
+    snap = engine._stats.snapshot()
+    try:
+        snap["entries"] = engine.count()
+    except Exception as exc:
+        snap["entries"] = None
+        snap["errors"]["stats_count"] = snap["errors"].get("stats_count", 0) + 1
+        log.debug("stats: count failed: %s", exc)
+    snap["config"] = {
+        "storage": engine.storage_mode,
+        "l1_threshold": engine.l1_threshold,
+        "l2_image_threshold": engine.l2_image_threshold,
+        "l2_prompt_threshold": engine.l2_prompt_threshold,
+        "image_encoder": engine.encoders.image_model or None,
+        "l2_prescreen": engine.multimodal_tier.prescreen_threshold,
+        "tiers": {
+            "L0.5": "on" if engine.enable_exact else "off",
+            "L1": "on" if engine.enable_l1 else "off",
+            "L2": engine.l2_status,
+        },
+        "ttl": engine.ttl,
+        **engine.eviction.config(),
+        "strict": engine.strict,
+        "durable": engine.durable,
+        "warm_start": engine._warm is not None,
+        "check_index": engine.store.check_index_mode,
+    }
+    snap["verification"] = engine.verification.stats() if engine.verification is not None else {"mode": "off"}
+    snap["index"] = engine.store.index_stats()  # vectors found unreachable after a crash and repaired
+    return snap

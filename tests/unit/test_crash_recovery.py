@@ -188,7 +188,8 @@ def _assert_no_orphan_vectors(eng: MLCEngine) -> None:
 @pytest.mark.parametrize("overwrite", [False, True])
 def test_update_interrupted_after_each_write_step(make_engine, shared_client, overwrite: bool) -> None:
     img = pattern(5)
-    probe_exact, probe_l1 = _req("What shape is in the picture?", img), _req("What shape is in this picture?", img)
+    # the L1 probe differs in case only: not an exact key, and a surface edit the verifier accepts
+    probe_exact, probe_l1 = _req("What shape is in the picture?", img), _req("what shape is in the picture?", img)
     steps = None
     crash_point = 0
     while steps is None or crash_point <= steps:

@@ -211,9 +211,11 @@ def test_hit_found_when_other_scopes_saturate_the_neighbourhood(make_engine) -> 
     for i in range(270):
         eng.update(CacheRequest(text=f"q{i}", scope=f"other-{i}", text_embedding=base.tolist()), f"wrong-{i}")
     near = base + 0.01 * rng.normal(size=384)  # cosine ~0.98
-    eng.update(CacheRequest(text="mine", scope="mine", text_embedding=near.tolist()), "right")
-    hit = eng.lookup(CacheRequest(text="probe", scope="mine", text_embedding=base.tolist()))
+    # the texts are a contraction apart, so the verifier accepts what retrieval finds
+    eng.update(CacheRequest(text="What's the capital of France?", scope="mine", text_embedding=near.tolist()), "right")
+    hit = eng.lookup(CacheRequest(text="What is the capital of France?", scope="mine", text_embedding=base.tolist()))
     assert hit is not None and hit.payload == "right" and hit.tier == "L1"
     assert eng.stats()["tiers"]["L1"]["hit"] == 1
     assert eng._stats.snapshot()  # counters readable
-    assert eng.lookup(CacheRequest(text="probe", scope="nobody", text_embedding=base.tolist())) is None
+    assert eng.lookup(CacheRequest(text="What is the capital of France?", scope="nobody",
+                                   text_embedding=base.tolist())) is None
