@@ -388,6 +388,11 @@ class Lexicon:
         if not found:
             return Relation("unrelated")
         cost, _, kind = min(found)
+        syn = cands[0][1]
+        if kind == "derived" and syn < _NONE:
+            # Two words that share a synset are synonyms even when a cheaper derivational
+            # link (another word class) also joins them: "picture" / "image".
+            return Relation("synonym", int(syn))
         return Relation(kind, int(cost))
 
     def relation_detail(self, a: str, b: str) -> Relation:

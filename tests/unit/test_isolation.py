@@ -33,7 +33,7 @@ def _questions() -> list[dict[str, Any]]:
     near_a.putpixel((0, 0), (0, 0, 0) if pic_a.getpixel((0, 0)) != (0, 0, 0) else (255, 255, 255))
     return [
         {"q": 0, "text": "What is the capital of Australia?", "asked": ["what is the capital of australia ?",
-                                                                      "What is the capital city of Australia?"]},
+                                                                      "What's the capital of Australia?"]},
         {"q": 1, "text": "Summarize the plot of Hamlet in one sentence.",
          "asked": ["Summarize the plot of Hamlet in one sentence", "summarise the plot of hamlet in one sentence."]},
         {"q": 2, "text": "What color is the square?", "images": [pic_a],

@@ -218,7 +218,7 @@ def test_engine_and_adapter_choose_the_text_backend(monkeypatch: pytest.MonkeyPa
     monkeypatch.setenv("MLC_TEXT_BACKEND", "onnx-int8")  # the explicit option wins over the environment
     eng = MLCEngine(text_backend="torch", image_encoder=None)
     try:
-        eng.update(CacheRequest("What is the capital city of France?"), "Paris")
+        eng.update(CacheRequest("What is the capital of France?"), "Paris")
         hit = eng.lookup(CacheRequest("Which city is the capital of France?"))
         assert hit is not None and hit.tier == "L1"  # the text model served the hit
         assert eng.text_embedder.backend == "torch"
