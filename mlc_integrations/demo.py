@@ -54,7 +54,7 @@ def run_quickstart(persist_directory: Optional[str] = None, clip_model: Any = "m
         ("case/space change, picture re-saved as PNG", CacheRequest(text="  what COLOR is the shape? ", images=[_resave(red_circle, compress_level=1)], scope=scope)),
         ("paraphrase, same picture", CacheRequest(text="What is the color of the shape?", images=[red_circle], scope=scope)),
         ("same question, different picture", CacheRequest(text="What color is the shape?", images=[blue_square], scope=scope)),
-        ("paraphrase, text only", CacheRequest(text="what's the capital city of France?", scope=scope)),
+        ("paraphrase, text only", CacheRequest(text="Which city is the capital of France?", scope=scope)),
         ("same text, another model", CacheRequest(text="What is the capital of France?", scope="other-model")),
         ("different question", CacheRequest(text="What is the capital of Spain?", scope=scope)),
     ]

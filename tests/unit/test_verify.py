@@ -192,7 +192,7 @@ SAME_ANSWER = [
     ("What is the capital of France?", "What's the capital of France?"),
     ("What is the capital of France?", "Please tell me the capital of France."),
     ("What colour is the car?", "What color is the car?"),
-    ("How do I reset my password?", "How can I reset my password?"),
+    ("What is the capital of France?", "Could you tell me what the capital of France is?"),
     ("how do i reset my router", "How do I reset my router?"),
     ("What do lions and tigers eat?", "What do tigers and lions eat?"),
 ]

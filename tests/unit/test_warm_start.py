@@ -11,7 +11,7 @@ def test_persistent_store_warms_up_in_the_background(make_engine, tmp_path) -> N
     eng._warm.join(60)
     assert not eng._warm.is_alive()
     eng.update(CacheRequest(text="What is the capital of France?", scope="m"), "Paris")
-    assert eng.lookup(CacheRequest(text="What's the capital city of France?", scope="m")).tier == "L1"
+    assert eng.lookup(CacheRequest(text="What's the capital of France?", scope="m")).tier == "L1"
 
 
 def test_in_memory_engine_does_not_unless_asked(make_engine) -> None:

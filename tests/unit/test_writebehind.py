@@ -45,7 +45,7 @@ def test_update_returns_before_the_write_and_lookups_see_the_pending_entry(make_
     assert stored_count(eng) == 0 and len(eng.pending) == 1
     hit = eng.lookup(req("What is the capital of France?"))
     assert hit is not None and hit.tier == "L0.5" and hit.payload == "Paris"
-    hit = eng.lookup(req("What's the capital city of France?"))
+    hit = eng.lookup(req("What's the capital of France?"))
     assert hit is not None and hit.tier == "L1" and hit.payload == "Paris"
     gate.open.set()
     eng.flush()
