@@ -213,8 +213,12 @@ class MLCEngine:
         return self.store.mode
 
     def warmup(self) -> dict[str, float]:
-        """Load every model the tiers use now (seconds per model); see :meth:`TierEncoders.warmup`."""
-        return self.encoders.warmup(text=self.enable_l1 or self.enable_l2)
+        """Load every model the tiers and the verifier use now (seconds per model); see
+        :meth:`TierEncoders.warmup`."""
+        took = self.encoders.warmup(text=self.enable_l1 or self.enable_l2)
+        if self.verification is not None:
+            took["lexicon"] = self.verification.warmup()
+        return took
 
     def _warm_start(self) -> None:
         # Store first (exact lookups need no model); calls meanwhile wait for its check (ChromaStore.open).

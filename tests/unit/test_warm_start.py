@@ -22,7 +22,8 @@ def test_in_memory_engine_does_not_unless_asked(make_engine) -> None:
 
 def test_warmup_reports_what_it_loaded_and_never_raises(make_engine) -> None:
     took = make_engine().warmup()
-    assert set(took) == {"text", "image"} and all(t >= 0 for t in took.values())
+    assert set(took) == {"text", "image", "lexicon"} and all(t >= 0 for t in took.values())
+    assert make_engine(verifier="off", l1_threshold=0.95).warmup().keys() == {"text", "image"}
     broken = make_engine(clip_model="/nonexistent/checkpoint")
     took = broken.warmup()  # the image model cannot be had: L2 off, warm-up goes on
     assert "text" in took and broken.l2_status.startswith("off")
