@@ -332,3 +332,19 @@ def merge_phrases(lex: "Lexicon", idx: list[int], w: list[Token]) -> list[tuple[
             units.append((w[idx[k]].low, [idx[k]], w[idx[k]]))
             k += 1
     return units
+
+
+def degree_of(lex: "Lexicon", word: str) -> str:
+    """"comparative" / "superlative" for an inflected adjective ("bigger", "best"), "" otherwise."""
+    if not any(pos == "a" and lem != word for pos, lem in lex.lemmatize(word)):
+        return ""
+    return "superlative" if word.endswith("st") else "comparative"
+
+
+def is_entity(lex: "Lexicon", word: str, t: Token) -> bool:
+    """A name: WordNet says so (Paris), or it is capitalized mid-sentence and WordNet
+    does not write it with a capital itself ("Fedora" is a name, "Monday" is not)."""
+    if lex.is_proper(word):
+        return True
+    capitalized = (t.raw[:1].isupper() and not t.initial) or (t.raw.isupper() and len(t.raw) > 1)
+    return capitalized and not lex.capitalized(word)

@@ -1,27 +1,26 @@
 """What kind of edit separates two requests?
 
 A cached answer can be reused for a reworded request ("What does this image show?"
-for "What is shown in this picture?") but not for one whose answer differs
-("... person on the *left*" for "... on the *right*"; "from A to B" for "from B to A";
-'Is "Apple" capitalized?' for 'Is "apple" ...'). Embedding cosines score both kinds
-alike. :func:`analyse` aligns the two requests token by token and names the edit:
+for "What is shown in this picture?") but not for one whose answer differs (*left* /
+*right*, "from A to B" / "from B to A", 'Is "Apple" capitalized?' / '"apple"').
+Embedding cosines score both alike. :func:`analyse` aligns the two requests token by
+token and names the edit:
 
 * surface only: case, whitespace, punctuation, Unicode compatibility forms;
-* inside quoted text, code, regexes or indented structured data: any change, even of
-  case or spacing, is kept apart (it changes the answer);
-* reordering: a block moved (harmless) vs two arguments swapped around a directional
-  connector ("from A to B", "A bigger than B": answer-changing) or a symmetric one
-  ("A and B");
+* inside quotes, code, regexes or indented structured data: any change, even of case
+  or spacing, is kept apart (it changes the answer);
+* reordering: a moved block (harmless) vs arguments swapped around a directional
+  connector ("from A to B", "A bigger than B") or a symmetric one ("A and B");
 * substituted content words, classified by the WordNet lexicon
   (:mod:`mlc_integrations.lexicon`): synonym, hypernym, antonym, co-hyponym, another
   named entity, unrelated, unknown;
-* inserted or deleted content (a constraint), by what WordNet says the words are:
-  time, place, person (audience), format (communication, quantity), modifier;
+* inserted or deleted content (a constraint) by what it names: time, place, person,
+  format, modifier;
 * closed-class words: negation, numbers, quantifiers, modality, question words,
   prepositions, pronouns, tense, degree; request frames ("could you", "please").
 
-The result has a fixed-length numeric vector (:data:`EDIT_FEATURE_NAMES`) for the
-verifier's model and a readable ``kind`` for explanations. Pure and deterministic.
+It returns a fixed-length vector (:data:`EDIT_FEATURE_NAMES`) for the verifier's
+model and a readable ``kind``. Pure and deterministic.
 """
 
 from __future__ import annotations
@@ -34,6 +33,8 @@ from typing import Optional
 import numpy as np
 
 from .edit_text import (
+    degree_of,
+    is_entity,
     match_moved_numbers,
     merge_phrases,
     AMBIGUOUS_NUMBERS,
@@ -63,6 +64,7 @@ from .edit_text import (
     tokenize,
     wh_equivalents,
 )
+from ._lru import LRU
 from .lexicon import Lexicon
 
 # Bounds on the work per pair, so that a pasted document costs milliseconds, not seconds:
@@ -139,6 +141,8 @@ class EditAnalyser:
         self._lexicon = lexicon
         # A stored request is compared with many new ones: its tokens are computed once.
         self._tokenize = lru_cache(maxsize=4096)(lambda text: tuple(tokenize(text)))
+        # A refused candidate is analysed twice (its features, then the refusal's detail).
+        self._pairs: LRU[tuple[str, str], EditAnalysis] = LRU(1024)
 
     @property
     def lexicon(self) -> Lexicon:
@@ -147,7 +151,15 @@ class EditAnalyser:
         return self._lexicon
 
     def analyse(self, a: str, b: str) -> EditAnalysis:
-        """The edit turning request ``a`` (e.g. the stored one) into ``b`` (the new one)."""
+        """The edit turning request ``a`` (e.g. the stored one) into ``b`` (the new one);
+        memoized per pair (treat the result as read-only)."""
+        found = self._pairs.get((a, b))
+        if found is None:
+            found = self._analyse(a, b)
+            self._pairs.put((a, b), found)
+        return found
+
+    def _analyse(self, a: str, b: str) -> EditAnalysis:
         f = np.zeros(len(EDIT_FEATURE_NAMES))
         surface = surface_kind(a, b)
         prot, prot_soft = protected_diff(a, b)
@@ -304,26 +316,11 @@ class _Alignment:
                         self.f[_F["edit_sub_synonym"]] += 1
                         self.add(88, "spelling variant", f"{ti.low} -> {tj.low}")
                     elif ti.low != tj.low:
-                        degree = self._degree(ti.low) != self._degree(tj.low)
+                        degree = degree_of(self.lex, ti.low) != degree_of(self.lex, tj.low)
                         self.f[_F["edit_degree" if degree else "edit_inflection"]] += 1
                         self.add(26 if degree else 85, "degree change" if degree else "inflection",
                                  f"{ti.low} -> {tj.low}")
                     break
-
-    def _degree(self, word: str) -> str:
-        """"comparative" / "superlative" for an inflected adjective ("bigger",
-        "best"), "" otherwise."""
-        if not any(pos == "a" and lem != word for pos, lem in self.lex.lemmatize(word)):
-            return ""
-        return "superlative" if word.endswith("st") else "comparative"
-
-    def _entity(self, word: str, t: Token) -> bool:
-        """A name: WordNet says so (Paris), or it is capitalized mid-sentence and WordNet
-        does not write it with a capital itself ("Fedora" is a name, "Monday" is not)."""
-        if self.lex.is_proper(word):
-            return True
-        capitalized = (t.raw[:1].isupper() and not t.initial) or (t.raw.isupper() and len(t.raw) > 1)
-        return capitalized and not self.lex.capitalized(word)
 
     def _substitutions(self, ca: list[int], cb: list[int], match: dict[int, int]) -> None:
         f, lex = self.f, self.lex
@@ -349,7 +346,7 @@ class _Alignment:
             (wx, ix, tx), (wy, iy, ty) = ua[x], ub[y]
             detail = f"{wx.replace('_', ' ')} -> {wy.replace('_', ' ')}"
             kind = rel.kind
-            if self._entity(wx, tx) and self._entity(wy, ty) and kind not in ("same", "synonym"):
+            if is_entity(self.lex, wx, tx) and is_entity(self.lex, wy, ty) and kind not in ("same", "synonym"):
                 f[_F["edit_sub_entity"]] += 1
                 self.add(14, "different entity", detail)
             elif kind in ("synonym", "similar", "same"):
@@ -384,7 +381,7 @@ class _Alignment:
 
     def _constraint(self, word: str, tok: Token) -> str:
         """Count what a changed content word names (time, place, audience, format, ...)."""
-        cls = "entity" if self._entity(word, tok) else self.lex.semantic_class(word) or "unknown"
+        cls = "entity" if is_entity(self.lex, word, tok) else self.lex.semantic_class(word) or "unknown"
         cls = {"communication": "format", "quantity": "format"}.get(cls, cls)
         if cls != "other":
             self.f[_F[f"edit_constraint_{cls}"]] += 1

@@ -60,27 +60,19 @@ class MLCEngine:
       >= ``l2_image_threshold`` *and* prompt similarity >= ``l2_prompt_threshold``,
       each on its own, then the verifier accepts.
 
-    Storage is Chroma: in memory by default, ``persist_directory`` for an embedded
-    persistent cache, ``chroma_host``/``chroma_port`` for a shared server (each request
-    bounded by ``chroma_timeout`` seconds; an unreachable server makes lookups fast misses).
-    ``hnsw_search_ef`` is the HNSW beam width of vector queries (recall vs speed; set
-    when a collection is created). ``check_index``: when opening the store checks that
-    every vector can be found (default "always" for persistent/server stores; storage.py).
-
-    ``text_backend`` says how the sentence model (L1, L2's prompt side) runs: ``"auto"``
-    (the default, or ``$MLC_TEXT_BACKEND``) is ONNX Runtime fp32 when it can be had, else
-    torch; ``"onnx-fp32"``, ``"onnx-int8"`` insist; ``"torch"`` is the reference
-    (docs/text_encoder.md). :attr:`text_embedder` ``.backend`` says which one serves.
+    Storage is Chroma: in memory by default, ``persist_directory`` embedded and persistent,
+    ``chroma_host``/``chroma_port`` a shared server (each request bounded by
+    ``chroma_timeout``); ``hnsw_search_ef`` the HNSW beam width; ``check_index`` when
+    opening checks every vector can be found ("always" for persistent/server stores).
+    ``text_backend``: "auto" (ONNX Runtime fp32 when installed, else torch), "onnx-fp32",
+    "onnx-int8", "torch" (docs/text_encoder.md).
 
     Default fail-open: a lookup error is a counted miss, an update error a logged,
     counted no-op. ``strict=True`` raises :class:`~mlc_integrations.errors.MLCError`
-    subclasses instead.
-
-    Updates are write-behind by default: ``update()`` returns once the entry is in
-    memory (lookups in this process see it at once) and a background thread writes it;
-    at most ``max_pending_writes`` wait (then ``update()`` waits). ``flush()``, ``close()``
-    and interpreter exit drain it. ``durable=True`` writes before ``update()`` returns
-    (the default when ``strict=True``, so that a write error can be raised to the caller).
+    subclasses instead. Updates are write-behind: ``update()`` returns once the entry is
+    in memory (visible to lookups here) and a background thread writes it (at most
+    ``max_pending_writes`` wait); ``flush()``, ``close()`` and exit drain it.
+    ``durable=True`` (the default with ``strict=True``) writes before returning.
     """
 
     def __init__(
@@ -152,7 +144,6 @@ class MLCEngine:
             collection_prefix=collection_prefix, client=chroma_client, timeout=chroma_timeout,
             hnsw_search_ef=hnsw_search_ef, check_index=check_index,
         )
-        # Embedded mode is single-process: a second process gets a clear error (dirlock.py).
         self._dir_lock = DirectoryLock.acquire(persist_directory) if self.store.mode == "persistent" else None
         self.enable_exact = enable_exact
         self.enable_l1 = enable_l1
@@ -213,8 +204,7 @@ class MLCEngine:
         return self.store.mode
 
     def warmup(self) -> dict[str, float]:
-        """Load every model the tiers and the verifier use now (seconds per model); see
-        :meth:`TierEncoders.warmup`."""
+        """Load every model the tiers and the verifier use now (seconds per model)."""
         took = self.encoders.warmup(text=self.enable_l1 or self.enable_l2)
         if self.verification is not None:
             took["lexicon"] = self.verification.warmup()

@@ -26,11 +26,22 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from ..edits import EDIT_FEATURE_NAMES, analyse
+from ..edits import EDIT_FEATURE_NAMES, EditAnalyser, analyse
 from ..engine import DEFAULT_L1_THRESHOLD
 from ..verify import DEFAULT_MIN_PRECISION, SIGNAL_NAMES, Verifier, WordWeights
-from . import train_verifier as tv
-from .verifier.data import split_qqp_by_question
+from .verifier.data import (
+    EmbeddingCache,
+    PairSet,
+    concat,
+    easyvqa_pairs,
+    eval_parser,
+    load_qqp,
+    log_progress,
+    split_qqp_by_question,
+    text_feature_matrix,
+)
+from .verifier.fit import fit_raw, isotonic, out_of_fold
+from .verifier.metrics import operating_point
 from .contrast_natural import PARAPHRASE_KINDS
 from .contrast_suite import SUITE_PATH, load
 
@@ -48,32 +59,15 @@ def _rate(mask: np.ndarray, sel: np.ndarray) -> str:
 
 
 # ----------------------------------------------------------------------------- experiment
-def _suite_pairset(rows: Sequence[dict[str, Any]]) -> tv.PairSet:
+def _suite_pairset(rows: Sequence[dict[str, Any]]) -> PairSet:
     a, b, y, _ = _suite_arrays(rows)
-    return tv.PairSet(a, b, y, np.ones(len(a)), np.asarray(["suite"] * len(a)))
-
-
-def _edit_matrix(pairs: tv.PairSet) -> np.ndarray:
-    return np.stack([analyse(x, z).features for x, z in zip(pairs.a, pairs.b)])
-
-
-def _gbdt(features: Sequence[str]) -> Any:
-    from sklearn.ensemble import HistGradientBoostingClassifier
-
-    mono = tv.MONOTONE  # the signals' and the edit features' (eval/verifier/fit.py)
-    return HistGradientBoostingClassifier(monotonic_cst=[mono.get(f, 0) for f in features], random_state=tv.SEED,
-                                          early_stopping=False, **tv.GBDT_PARAMS)
+    return PairSet(a, b, y, np.ones(len(a)), np.asarray(["suite"] * len(a)))
 
 
 def _fit_oof(x: np.ndarray, y: np.ndarray, w: np.ndarray, strata: np.ndarray,
              features: Sequence[str]) -> tuple[Any, np.ndarray]:
-    """Trees on all rows and 5-fold out-of-fold raw scores of every row (the shipped recipe)."""
-    from sklearn.model_selection import StratifiedKFold
-
-    oof = np.zeros(len(y))
-    for tr, te in StratifiedKFold(n_splits=5, shuffle=True, random_state=tv.SEED).split(x, strata):
-        oof[te] = _gbdt(features).fit(x[tr], y[tr], sample_weight=w[tr]).decision_function(x[te])
-    return _gbdt(features).fit(x, y, sample_weight=w), oof
+    """Trees on all rows and 5-fold out-of-fold raw scores of every row (the shipped recipe's pieces)."""
+    return fit_raw("gbdt", x, y, w, features), out_of_fold("gbdt", x, y, w, strata, features)
 
 
 def _qqp_point(p: np.ndarray, cos: np.ndarray, y: np.ndarray, t: float) -> tuple[float, float]:
@@ -101,7 +95,7 @@ def _tuned_threshold(p: np.ndarray, cos: np.ndarray, y: np.ndarray, src: np.ndar
     return None
 
 
-def _features(train: tv.PairSet, q_te: tv.PairSet, s_te: tv.PairSet, cache: Path) -> dict[str, np.ndarray]:
+def _features(train: PairSet, q_te: PairSet, s_te: PairSet, cache: Path) -> dict[str, np.ndarray]:
     """Cosines, the 24 signals (IDF from the training texts) and the edit features of
     the three pair sets, cached on disk (keyed by the texts, the feature code and the lexicon)."""
     from .. import edit_text, edits, lexicon, verify
@@ -112,16 +106,16 @@ def _features(train: tv.PairSet, q_te: tv.PairSet, s_te: tv.PairSet, cache: Path
     path = cache / f"contrast-features-{key}.npz"
     if path.exists():
         return dict(np.load(path))
-    emb = tv.EmbeddingCache(None, cache)
+    emb = EmbeddingCache(None, cache)
     out: dict[str, np.ndarray] = {}
     df, n_docs = WordWeights.fit(sorted(set(train.a) | set(train.b)))
     ww = WordWeights(df, n_docs)
     t0 = time.perf_counter()
     for name, ps in (("tr", train), ("qte", q_te), ("ste", s_te)):
         out[f"cos_{name}"] = emb.cosines(ps.a, ps.b)
-        out[f"x_{name}"] = tv.signal_matrix(ps, out[f"cos_{name}"], ww)
-        out[f"e_{name}"] = _edit_matrix(ps)
-    tv._log(f"signals + edit features in {time.perf_counter() - t0:.0f}s")
+        rows = text_feature_matrix(ps, out[f"cos_{name}"], ww)
+        out[f"x_{name}"], out[f"e_{name}"] = rows[:, :len(SIGNAL_NAMES)], rows[:, len(SIGNAL_NAMES):]
+    log_progress(f"signals + edit features in {time.perf_counter() - t0:.0f}s")
     cache.mkdir(parents=True, exist_ok=True)
     np.savez(path, **out)
     return out
@@ -130,20 +124,20 @@ def _features(train: tv.PairSet, q_te: tv.PairSet, s_te: tv.PairSet, cache: Path
 def cmd_experiment(args: argparse.Namespace) -> None:
     from sklearn.metrics import average_precision_score
 
-    qqp = tv.load_qqp(Path(args.data_dir))
+    qqp = load_qqp(Path(args.data_dir))
     held = split_qqp_by_question(qqp, args.qqp_test_fraction)
-    sub = lambda s, m: tv.PairSet([s.a[i] for i in np.nonzero(m)[0]], [s.b[i] for i in np.nonzero(m)[0]],  # noqa: E731
+    sub = lambda s, m: PairSet([s.a[i] for i in np.nonzero(m)[0]], [s.b[i] for i in np.nonzero(m)[0]],  # noqa: E731
                                   s.y[m], s.w[m], s.source[m])
     q_tr, q_te = sub(qqp, ~held), sub(qqp, held)
     overlap = (set(q_tr.a) | set(q_tr.b)) & (set(q_te.a) | set(q_te.b))
     assert not overlap, f"{len(overlap)} questions on both sides of the qqp split"
-    vqa = tv.easyvqa_pairs("train")
+    vqa = easyvqa_pairs("train")
     vqa.w = vqa.w * (len(q_tr) * args.easyvqa_weight / vqa.w.sum())
     rows = load(Path(args.suite))
     test_rows = [r for r in rows if r["split"] == "test"]
     s_tr, s_te = _suite_pairset([r for r in rows if r["split"] == "train"]), _suite_pairset(test_rows)
     s_tr.w = s_tr.w * (len(q_tr) * args.suite_weight / s_tr.w.sum())
-    train = tv.concat(q_tr, vqa, s_tr)
+    train = concat(q_tr, vqa, s_tr)
     print(f"## Experiment: train = qqp_val {len(q_tr)} pairs (split by question) + easy-vqa train {len(vqa)} rows + "
           f"suite train {len(s_tr)} (total weight {args.suite_weight} x qqp); held out: qqp {len(q_te)} pairs "
           f"({int(q_te.y.sum())} duplicates, no question shared with train), suite test {len(s_te)}\n")
@@ -164,7 +158,7 @@ def cmd_experiment(args: argparse.Namespace) -> None:
         # Quora rows only, no suite or easy-vqa: the shipped recipe under the question split by itself
         q_rows = train.source == "qqp"
         model, oof = _fit_oof(f["x_tr"][q_rows], train.y[q_rows], train.w[q_rows], strata[q_rows], list(SIGNAL_NAMES))
-        cx, cy = tv.isotonic(oof, train.y[q_rows], train.w[q_rows])
+        cx, cy = isotonic(oof, train.y[q_rows], train.w[q_rows])
         results["24 signals, retrained on the qqp training rows only"] = {
             "pq": np.interp(model.decision_function(f["x_qte"]), cx, cy),
             "ps": np.interp(model.decision_function(f["x_ste"]), cx, cy), "raw_q": model.decision_function(f["x_qte"])}
@@ -176,10 +170,10 @@ def cmd_experiment(args: argparse.Namespace) -> None:
         t0 = time.perf_counter()
         model, oof = _fit_oof(xtr, train.y, train.w, strata, feats)
         rq, rs = model.decision_function(xq), model.decision_function(xs)
-        tv._log(f"{name}: fit in {time.perf_counter() - t0:.0f}s")
+        log_progress(f"{name}: fit in {time.perf_counter() - t0:.0f}s")
         for cal in ("all", "qqp"):
             m = np.ones(len(oof), bool) if cal == "all" else train.source == "qqp"
-            cx, cy = tv.isotonic(oof[m], train.y[m], train.w[m])
+            cx, cy = isotonic(oof[m], train.y[m], train.w[m])
             results[f"{name}, retrained, isotonic on {cal} training rows"] = {
                 "pq": np.interp(rq, cx, cy), "ps": np.interp(rs, cx, cy), "raw_q": rq,
                 "tuned": _tuned_threshold(np.interp(oof, cx, cy), cos_tr, train.y, train.source, 0.01, 0.93)}
@@ -202,7 +196,7 @@ def cmd_experiment(args: argparse.Namespace) -> None:
                                            if "isotonic on qqp" not in n]
     for name, sc in scorers:
         sc = np.where(cos_qte >= DEFAULT_L1_THRESHOLD, sc, -1e9)
-        op = tv.operating_point(sc, q_te.y, 0.93)
+        op = operating_point(sc, q_te.y, 0.93)
         print(f"| {name} | {average_precision_score(q_te.y, sc):.3f} | {op['recall']:.3f} |")
     name = next(n for n in reversed(list(results)) if "isotonic on all" in n or "only" in n)
     ps = results[name]["ps"]
@@ -232,7 +226,7 @@ def cmd_latency(args: argparse.Namespace) -> None:
     lex = Lexicon.load()
     print(f"lexicon load (from the package): {time.perf_counter() - t0:.2f} s")
     rows = load(Path(args.suite))
-    qqp = tv.load_qqp(Path(args.data_dir))
+    qqp = load_qqp(Path(args.data_dir))
     words = [w for t in qqp.a[:args.n] for w in re.findall(r"[a-z]+", t.lower())]
     word_pairs = list(zip(words[::2], words[1::2]))[:args.n]
     for label in ("first call", "cached"):
@@ -244,11 +238,12 @@ def cmd_latency(args: argparse.Namespace) -> None:
     pairs = [(r["a"], r["b"]) for r in rows] + list(zip(qqp.a[:args.n], qqp.b[:args.n]))
     for a, b in pairs[:50]:
         analyse(a, b)
+    timed = EditAnalyser(lex)  # its own pair memo: the warm-up's pairs are not served from memory
     times: dict[str, list[float]] = defaultdict(list)
     for label, sel in (("suite", pairs[:len(rows)]), ("qqp_val", pairs[len(rows):])):
         for a, b in sel:  # each pair once: the lexicon's word cache warms as in a running cache
             t0 = time.perf_counter()
-            analyse(a, b)
+            timed.analyse(a, b)
             times[label].append((time.perf_counter() - t0) * 1000)
     for label, ts in times.items():
         print(f"edit analysis per pair, {label} ({len(ts)} pairs): median {statistics.median(ts):.3f} ms, "
@@ -256,7 +251,7 @@ def cmd_latency(args: argparse.Namespace) -> None:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-    ap = tv.eval_parser("contrast_eval", __doc__)
+    ap = eval_parser("contrast_eval", __doc__)
     ap.add_argument("--suite", default=str(SUITE_PATH))
     sub = ap.add_subparsers(dest="cmd", required=True)
     e = sub.add_parser("experiment", help="retrain the trees with the edit features appended")

@@ -609,3 +609,24 @@ def test_identical_request_text_is_not_second_guessed() -> None:
     assert v.probability(q, q, None) == (1.0, "lexical")
     assert v.probabilities([(q, q), (q, "What colour is the shape?")], [1.0, 0.7]).tolist()[0] == 1.0
     assert v.probability("What shape is in the image?", "what shape is in the image?", 0.99)[0] < 1.0  # case: L1 judges
+
+
+def test_text_features_do_not_depend_on_the_string_hash_seed() -> None:
+    """Training is reproducible only if a pair's features are bit-identical in every
+    process (set iteration order follows PYTHONHASHSEED; sums once depended on it)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import hashlib; from mlc_integrations.verify import WordWeights, text_features\n"
+            "w = WordWeights({'capital': 3, 'france': 2, 'route': 5}, 40)\n"
+            "pairs = [('What is the capital of France?', 'Which city is the capital city of France, please?'),\n"
+            "         ('Is the route from Lyon to Nice long?', 'Is the trip from Nice to Lyon by train long and slow?')]\n"
+            "rows = b''.join(text_features(b, a, 0.9, w).tobytes() for a, b in pairs)\n"
+            "print(hashlib.sha256(rows).hexdigest())")
+    out = set()
+    for seed in ("0", "1", "2"):
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        out.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                               check=True).stdout.strip())
+    assert len(out) == 1 and len(next(iter(out))) == 64
