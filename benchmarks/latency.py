@@ -22,7 +22,7 @@ chat model (``dumps(messages)``), as ``set_llm_cache`` makes a chat model call t
 * LangChain ``InMemoryCache``: lookup hit, lookup miss, update;
 * GPTCache: the installed ``gptcache`` package (sqlite + faiss, ``SearchDistanceEvaluation``)
   with the same MiniLM (same backend) as its embedding function, mounted as
-  ``langchain_community`` mounts it (``mlc_integrations.eval.baselines.GPTCacheLangChain``):
+  ``langchain_community`` mounts it (``evaluation.baselines.GPTCacheLangChain``):
   update, lookup on the reworded questions, lookup on new questions; at similarity_threshold
   0.8 (its default; on whole-prompt strings it also "hits" new questions) and 0.99 (where
   new questions miss: GPTCache's miss path).
@@ -89,7 +89,7 @@ def prompt(text: str, image_url: Optional[str] = None) -> str:
 
 def paraphrase_pairs() -> list[dict[str, str]]:
     """GPTCache's own benchmark pairs (``gptcache_paraphrase_pairs.json``, shared data)."""
-    from mlc_integrations.eval.verifier.data import DEFAULT_DATA_DIR
+    from evaluation.verifier.data import DEFAULT_DATA_DIR
 
     return json.loads((Path(os.environ.get("MLC_DATA_DIR", DEFAULT_DATA_DIR)) / "gptcache_paraphrase_pairs.json").read_text())
 
@@ -212,8 +212,8 @@ def in_memory(n: int) -> tuple[Samples, dict[str, Any]]:
 
 
 def gptcache(n: int) -> tuple[Samples, dict[str, Any]]:
-    from mlc_integrations.eval.baselines import GPTCacheLangChain
-    from mlc_integrations.eval.runner import reset_model_memos
+    from evaluation.baselines import GPTCacheLangChain
+    from evaluation.runner import reset_model_memos
 
     req = Requests(n)
     out: Samples = {}
@@ -243,9 +243,9 @@ def gptcache(n: int) -> tuple[Samples, dict[str, Any]]:
 def demo_stream() -> dict[str, Any]:
     """``mlc demo``'s VQA stream (the first 200 easy-vqa requests, 300 ms oracle), no cache
     and MLC defaults, run by the eval code; achieved speedup vs 1 / (1 - hit rate)."""
-    from mlc_integrations.eval.experiments import GroundTruthOracle, warm_models
-    from mlc_integrations.eval.runner import attach_speedups, run_workload
-    from mlc_integrations.eval.workloads import build
+    from evaluation.experiments import GroundTruthOracle, warm_models
+    from evaluation.runner import attach_speedups, run_workload
+    from evaluation.workloads import build
     from mlc_integrations.langchain import MultimodalSemanticCache
 
     wl = build("vqa", quick=False, seed=0)

@@ -109,7 +109,7 @@ def update(args: argparse.Namespace) -> None:
 
 
 def photos(args: argparse.Namespace) -> None:
-    from mlc_integrations.eval.workloads import local_photos
+    from evaluation.workloads import local_photos
     from mlc_integrations.models import ClipEmbedder, ClipSpec
 
     ph = local_photos()

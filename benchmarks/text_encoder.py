@@ -40,7 +40,7 @@ MODEL = Path(resolve_text_model(None))
 
 
 def shared_data() -> Path:
-    from mlc_integrations.eval.workloads import shared_data_dir
+    from evaluation.workloads import shared_data_dir
 
     return shared_data_dir()
 

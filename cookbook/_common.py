@@ -30,8 +30,8 @@ from typing import Any, Callable, Optional
 
 from PIL import Image
 
-from mlc_integrations.eval.easyvqa import COLORS, SHAPES
-from mlc_integrations.eval.imageops import png_bytes
+from evaluation.easyvqa import COLORS, SHAPES
+from evaluation.imageops import png_bytes
 from mlc_integrations.models import NAMED_CLIP_MODELS
 
 PROVIDER_ENV = "MLC_COOKBOOK_PROVIDER"

@@ -16,7 +16,7 @@ joint text-image space: a good ImageNet backbone does the job and installs offli
   (``embed_texts``), which ``l2_prompt_encoder="clip"`` needs.
 
 Every encoder carries its own ``default_image_threshold``, calibrated on real photos
-(:data:`EFFICIENTNET_LITE`; reproduce with ``python -m mlc_integrations.eval.photos``).
+(:data:`EFFICIENTNET_LITE`; reproduce with ``python -m evaluation.photos``).
 Embeddings are memoized by pixel digest, so a picture seen before costs no model call.
 """
 
@@ -83,7 +83,7 @@ class EfficientNetLiteCard:
     default_image_threshold: float
 
 
-# Thresholds from `python -m mlc_integrations.eval.photos` (eval.photos.choose_threshold):
+# Thresholds from `python -m evaluation.photos` (eval.photos.choose_threshold):
 # the strictest cosine, on 0.01 steps, that still reuses 97 % of the calibration half's
 # near-duplicates of real photos; different photos peak at 0.62-0.70 over all pairs, far
 # below. docs/results/photos.md reports the held-out half and the related pairs.

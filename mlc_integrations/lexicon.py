@@ -9,7 +9,7 @@ change it. :func:`relation` answers that question for two words:
     'antonym'
 
 The data is a compact derivation of WordNet 3.0 (``assets/lexicon/wordnet.json.gz``,
-built by ``python -m mlc_integrations.eval.build_lexicon``; licence notice beside it).
+built by ``python -m evaluation.build_lexicon``; licence notice beside it).
 It is read lazily on first use, from the package, never from the network; relations
 are cached, so a repeated question costs about a microsecond.
 

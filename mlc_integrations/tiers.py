@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 # L1 and the L2 prompt side only *retrieve* candidates for the verifier (verify/),
 # which decides reuse: 0.80 reaches 76 % of qqp_val duplicates and every easy-vqa
 # paraphrase above 0.80 (raw cosine alone needed 0.95 and still reused negations).
-# Reproduce: `python -m mlc_integrations.eval.train_verifier train` (table "Retrieval
+# Reproduce: `python -m evaluation.train_verifier train` (table "Retrieval
 # floor") and `... train_verifier vqa`; see docs/verification.md. With verifier="off"
 # pass l1_threshold=0.95 for the old raw-cosine behaviour.
 DEFAULT_L1_THRESHOLD = 0.80
@@ -41,7 +41,7 @@ DEFAULT_L2_PROMPT_THRESHOLD = 0.80
 # The L2 pre-screen: a stored fingerprint this close to a new picture's is needed before the
 # image encoder runs. At 0.5 it lost 0 of 517 encoder hits among near-duplicates of 67 real
 # pictures and 0 of 178 among consecutive real video frames, and saved the encoder run for
-# 97.5 % of pairs of different pictures (`python -m mlc_integrations.eval.prescreen`,
+# 97.5 % of pairs of different pictures (`python -m evaluation.prescreen`,
 # docs/results/prescreen.md).
 DEFAULT_L2_PRESCREEN = 0.5
 

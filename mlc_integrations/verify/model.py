@@ -1,7 +1,7 @@
 """The verifier's model: calibrated probability that reusing a stored answer is right.
 
 A small model (gradient-boosted trees, a logistic regression, optionally an embedding
-head; trained by ``python -m mlc_integrations.eval.train_verifier``) read from plain
+head; trained by ``python -m evaluation.train_verifier``) read from plain
 JSON (``assets/verifier.json``) and evaluated with numpy only: no scikit-learn at run
 time, no pickle. Its output goes through isotonic calibration, so a threshold on it is
 a precision.

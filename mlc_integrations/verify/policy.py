@@ -55,8 +55,8 @@ def exact_answer_match(fresh: str, stored: str) -> bool:
 # cross-validated precision 0.855 on qqp_val (0.908 class-balanced; 1.000 on easy-vqa)
 # with "full" (0.881 / 0.926 with "vectors").
 # At 0.90 and above it keeps under 10 % of easy-vqa's same-answer pairs. Reproduce:
-#   python -m mlc_integrations.eval.train_verifier train   (table "Shipped model")
-#   python -m mlc_integrations.eval.train_verifier vqa
+#   python -m evaluation.train_verifier train   (table "Shipped model")
+#   python -m evaluation.train_verifier vqa
 DEFAULT_MIN_PRECISION = 0.80
 DEFAULT_EXPLORE_RATE = 0.05
 

@@ -4,7 +4,7 @@ Cheap and deterministic: negation, numbers / units / dates, content and attribut
 words present on one side only, question words, length and word-order cues, overlaps,
 and the cosine itself (:func:`extract_signals`, :func:`signals_from_profiles`); and
 :func:`pair_features` of the two texts' embeddings, the input of the embedding head.
-Training (``mlc_integrations.eval``) and serving compute them with these same
+Training (``evaluation``) and serving compute them with these same
 functions.
 """
 

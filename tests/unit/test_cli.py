@@ -1,6 +1,6 @@
 """`mlc stats`, `mlc scopes`, `mlc clear` read the stored cache (not the CLI's own
 configuration); a mistyped --dir is an error, never a new directory; clear asks first;
-`mlc demo` reports its progress on stderr; `mlc quickstart` is documented."""
+`mlc quickstart` is documented."""
 
 from __future__ import annotations
 
@@ -214,8 +214,8 @@ def test_cleared_cache_still_serves_what_is_left(cache_dir: Path, capsys, text_e
 # ---------------------------------------------------------------------------- demo, quickstart
 def test_demo_reports_each_phase_on_stderr(monkeypatch, capsys) -> None:
     """The demo's minutes are never silent: each phase is a line on stderr (a bar too on a terminal)."""
-    from mlc_integrations.eval import experiments
-    from mlc_integrations.eval.runner import RunResult
+    from evaluation import experiments
+    from evaluation.runner import RunResult
 
     class Workload:
         def __init__(self, name: str, n: int) -> None:
@@ -262,5 +262,5 @@ def test_quickstart_is_in_the_readme_and_prints_each_decision(capsys, text_embed
 
 def test_help_lists_the_inspection_commands() -> None:
     text = build_parser().format_help()
-    for command in ("stats", "scopes", "clear", "quickstart", "demo"):
+    for command in ("stats", "scopes", "clear", "quickstart"):
         assert command in text

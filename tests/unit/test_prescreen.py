@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from mlc_integrations import CacheRequest
-from mlc_integrations.eval import imageops
+from evaluation import imageops
 from mlc_integrations.images import fingerprint
 from tests.conftest import SHARED_DATA
 
