@@ -16,7 +16,8 @@ import numpy as np
 from PIL import Image
 
 from . import imageops
-from .workloads import WorkItem, Workload, shared_data_dir
+from .paths import video_source
+from .workloads import WorkItem, Workload
 
 VIDEOS = ("vtest.avi", "tree.avi")
 FRAME_QUESTION = "What is in this frame?"
@@ -26,9 +27,16 @@ _TRUTH: dict[tuple[str, str], str] = {}  # (classifier, sha256 of the bytes sent
 
 
 def video_frames(path: str | Path, stride: int = 1, max_frames: Optional[int] = None) -> list[Image.Image]:
-    """Every ``stride``-th frame of a video file as RGB pictures (decoded by PyAV)."""
+    """Every ``stride``-th frame of a video file as RGB pictures (decoded by PyAV).
+
+    ``path`` is a file, or the bare name of a video of the data set (``"vtest.avi"``):
+    then the full video when it is there, else the checkout's excerpt, whose frames
+    each stand for several original ones (``stride`` counts original frames)."""
     import av
 
+    if isinstance(path, str) and "/" not in path and path in VIDEOS:
+        path, step = video_source(path)
+        stride = max(1, stride // step)
     out: list[Image.Image] = []
     with av.open(str(path)) as container:
         for i, frame in enumerate(container.decode(video=0)):
@@ -75,7 +83,7 @@ def video_stream(videos: Sequence[str] = VIDEOS, stride: int = 2, max_frames: Op
     items: list[WorkItem] = []
     counts = {}
     for name in videos:
-        frames = video_frames(shared_data_dir() / "video" / name, stride, max_frames)
+        frames = video_frames(name, stride, max_frames)
         sent = [imageops.jpeg_bytes(f, quality) for f in frames]
         truths = classifier_truths(sent, classifier)
         for data, truth, kind in zip(sent, truths, _label_kinds(truths, f"first frame of {name}")):

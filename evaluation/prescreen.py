@@ -28,7 +28,6 @@ from mlc_integrations.image_encoders import DEFAULT_IMAGE_ENCODER, resolve_image
 from mlc_integrations.images import fingerprint
 from . import photos
 from .image_streams import video_frames
-from .workloads import shared_data_dir
 
 CANDIDATES = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 VIDEOS = ("vtest.avi", "tree.avi")
@@ -51,7 +50,7 @@ def measure(encoder: str = DEFAULT_IMAGE_ENCODER, video_frames_each: int = 150, 
     different = [float(fps[a] @ fps[b]) for i, a in enumerate(names) for b in names[i + 1:]]
     frames_pairs: list[tuple[float, float]] = []
     for video in VIDEOS:
-        frames = video_frames(shared_data_dir() / "video" / video, stride=2, max_frames=video_frames_each)
+        frames = video_frames(video, stride=2, max_frames=video_frames_each)
         vecs = enc.embed_images(frames, [f"{video}:{i}" for i in range(len(frames))])
         for i in range(1, len(frames)):
             frames_pairs.append((float(vecs[i - 1] @ vecs[i]), float(fingerprint(frames[i - 1]) @ fingerprint(frames[i]))))

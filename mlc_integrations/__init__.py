@@ -6,6 +6,7 @@ from typing import Any
 
 from .engine import MLCEngine
 from .errors import (
+    DirectoryInUseError,
     ImageDecodeError,
     ImageTooLargeError,
     InvalidRequestError,
@@ -33,6 +34,7 @@ __all__ = [
     "ImageTooLargeError",
     "PayloadError",
     "StorageError",
+    "DirectoryInUseError",
     "ModelUnavailableError",
     "MultimodalSemanticCache",
     "CachedChatModel",

@@ -176,6 +176,7 @@ class LookupRecord:
     refused: Optional[Refusal] = None
     tiers: Mapping[str, str] = field(default_factory=dict)
     note: str = ""
+    error: str = ""  # the lookup failed: the error's type and message
 
     @property
     def llm_string(self) -> str:
@@ -191,6 +192,8 @@ class LookupRecord:
             return self.note
         if self.kind == "invalid":
             return "the call could not be keyed (it went to the model uncached)"
+        if self.error:
+            return f"the lookup failed: {self.error} (counted in the engine's stats()['errors'])"
         if self.refused is not None:
             return self.refused.explain()
         if not self.tiers:
@@ -212,11 +215,25 @@ class LookupRecord:
         hit = lookup.hit if lookup is not None and not note else None
         refused = lookup.refused if lookup is not None else None
         tiers = dict(lookup.tiers) if lookup is not None else {}
+        error = lookup.error if lookup is not None else ""
         if request is None:
-            return cls(hit, kind, "", 0, scope, namespace, refused, tiers, note)
+            return cls(hit, kind, "", 0, scope, namespace, refused, tiers, note, error)
         return cls(hit, kind, request.text if isinstance(request.text, str) else "",
                    len(request.images) if isinstance(request.images, (list, tuple)) else 0, scope,
-                   request.namespace if isinstance(request.namespace, str) else namespace, refused, tiers, note)
+                   request.namespace if isinstance(request.namespace, str) else namespace, refused, tiers, note,
+                   error)
+
+
+def explained_lookup(engine: "MLCEngine", request: CacheRequest, on_failure: Callable[[Lookup], None]) -> Lookup:
+    """``engine.lookup_explained(request)``; when it raises (strict mode), ``on_failure``
+    first records the failed lookup, so ``last_lookup`` describes this call, not the one
+    before it."""
+    try:
+        return engine.lookup_explained(request)
+    except MLCError as exc:
+        failed = getattr(exc, "lookup", None)
+        on_failure(failed if isinstance(failed, Lookup) else Lookup(hit=None, error=f"{type(exc).__name__}: {exc}"))
+        raise
 
 
 def _short(text: str, n: int = 60) -> str:

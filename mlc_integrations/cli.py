@@ -7,6 +7,7 @@
 * ``mlc bench``: no cache vs exact-only vs GPTCache vs MLC, oracle and real local LLM.
 * ``mlc train-clip``: rebuild the offline L2 model ``mlc-easyvqa-tiny``.
 * ``mlc quickstart``: a few stored and probed requests, each decision explained (seconds).
+* ``mlc serve --dir D``: a Chroma server for a cache directory (several processes share it).
 * ``mlc stats``, ``mlc scopes``, ``mlc clear``: inspect or clear a persisted cache
   directory (read through :mod:`mlc_integrations.inspection`, no model loaded).
 
@@ -109,6 +110,39 @@ def _cmd_quickstart(args: argparse.Namespace) -> int:
     return run_quickstart(persist_directory=args.dir)
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    """A Chroma server for one cache directory, so several processes (web workers) share it."""
+    import signal
+    import time
+    from pathlib import Path
+
+    from .dirlock import DirectoryLock
+    from .server import ChromaServer
+
+    path = Path(args.dir)
+    path.mkdir(parents=True, exist_ok=True)
+    lock = DirectoryLock.acquire(str(path))  # no embedded engine may write it meanwhile
+    server = ChromaServer(path, host=args.host, port=args.port)
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append("SIGTERM"))
+    try:
+        server.start()
+        print(f"serving cache directory {path} at {server.url} (Ctrl-C to stop)", flush=True)
+        print(f"  every process: MultimodalSemanticCache(chroma_host={server.host!r}, chroma_port={server.port}) "
+              f"or MLCEngine(chroma_host={server.host!r}, chroma_port={server.port})", flush=True)
+        while not stop and server.running:
+            time.sleep(0.2)
+        if not server.running:
+            return _error(args, f"the Chroma server stopped:\n{server.log_tail()}", code=1)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.close()
+        lock.release()
+    print("stopped", flush=True)
+    return 0
+
+
 def _cache_dir_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", default=".mlc_cache",
                    help="embedded cache directory (default: .mlc_cache, the LangChain cache's default); "
@@ -124,6 +158,13 @@ def build_parser() -> argparse.ArgumentParser:
     q = sub.add_parser("quickstart", help="store and look up text and image requests; print each hit's tier and scores")
     q.add_argument("--dir", default=None, help="persist directory (default: in memory)")
     q.set_defaults(func=_cmd_quickstart)
+
+    sv = sub.add_parser("serve", help="run a Chroma server for a cache directory: several processes (web "
+                        "workers) share one cache through it")
+    sv.add_argument("--dir", default=".mlc_cache", help="cache directory (created if missing; default .mlc_cache)")
+    sv.add_argument("--host", default="127.0.0.1", help="loopback address to bind (default 127.0.0.1)")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.set_defaults(func=_cmd_serve)
 
     s = sub.add_parser("stats", help="what a persisted cache holds: entries per scope and namespace, rows per tier, "
                        "size on disk")

@@ -15,7 +15,7 @@ import os
 import threading
 from pathlib import Path
 
-from .errors import StorageError
+from .errors import DirectoryInUseError
 
 log = logging.getLogger(__name__)
 
@@ -23,10 +23,6 @@ LOCK_NAME = ".mlc.lock"
 
 _lock = threading.Lock()
 _held: dict[str, list[int]] = {}  # real path -> [fd, number of engines holding it]
-
-
-class DirectoryInUseError(StorageError):
-    """Another process has this embedded cache directory open."""
 
 
 class DirectoryLock:
@@ -77,9 +73,10 @@ def _lock_file(directory: str) -> int:
         os.close(fd)
         raise DirectoryInUseError(
             f"the cache directory {directory!r} is in use by another process{owner}. Chroma's embedded "
-            "mode is single-process: share one cache between processes through a Chroma server "
-            "(`chroma run --path DIR --host 127.0.0.1 --port 8000`, then chroma_host='127.0.0.1'), or give "
-            "each process its own persist_directory."
+            "mode is single-process: to share one cache between processes (web workers), run "
+            f"`mlc serve --dir {directory} --port 8000` once and give every process "
+            "chroma_host='127.0.0.1', chroma_port=8000 instead of persist_directory; or give each process its "
+            "own persist_directory."
         ) from None
     os.ftruncate(fd, 0)
     os.write(fd, f"{os.getpid()}\n".encode())

@@ -19,7 +19,7 @@ from typing import Any, Callable, Optional
 from .dirlock import DirectoryLock
 from .encoders import TierEncoders
 from .entries import NO_EXPIRY, EntryKeys, EntryMeta, EntryStore, NewEntry, answer_of, serialize_payload
-from .errors import InvalidRequestError, MLCError, StorageError
+from .errors import InvalidRequestError, MLCError, StorageError, first_time
 from .eviction import DEFAULT_EVICTION_POLICY, Eviction
 from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DecodedImage
 from .keys import Keyer, KeyedRequest, scope_digest
@@ -37,6 +37,7 @@ from .tiers import (
     MultimodalTier,
     TextSemanticTier,
 )
+from . import shutdown
 from .writebehind import DEFAULT_MAX_PENDING, PendingEntries
 from .verify import DEFAULT_EXPLORE_RATE, DEFAULT_MIN_PRECISION, VerificationPolicy, make_policy
 
@@ -46,6 +47,30 @@ __all__ = ["MLCEngine", "answer_of", "DEFAULT_L1_THRESHOLD", "DEFAULT_L2_IMAGE_T
 log = logging.getLogger(__name__)
 
 _UNSET: Any = object()
+
+
+# How long a closing engine waits for its write-behind queue (a server outage must not
+# hang an exiting program forever; what is left is reported at WARNING with its count).
+CLOSE_DRAIN_TIMEOUT_S = 60.0
+
+
+def release_engine(pending: Optional[PendingEntries], eviction: Eviction, store: ChromaStore,
+                   dir_lock: Optional[DirectoryLock]) -> None:
+    """An engine's teardown, in order: pending entries, last-access times, the store (a
+    clean close: the next open need not check its indexes), the directory lock.
+    Never raises: it also runs at interpreter exit (shutdown.py)."""
+    if pending is not None:
+        if not pending.drain(CLOSE_DRAIN_TIMEOUT_S):
+            log.warning("cache closing: %d acknowledged entries were not written within %.0f s (lost)",
+                        len(pending), CLOSE_DRAIN_TIMEOUT_S)
+        pending.close()
+    for what, step in (("last-access times", eviction.flush), ("store", store.close)):
+        try:
+            step()
+        except Exception as exc:
+            log.warning("cache closing: %s not written/closed: %s: %s", what, type(exc).__name__, exc)
+    if dir_lock is not None:
+        dir_lock.release()
 
 
 class MLCEngine:
@@ -178,6 +203,11 @@ class MLCEngine:
         self.multimodal_tier = MultimodalTier(*common, image_threshold=float(l2_image_threshold),
                                               prompt_threshold=float(l2_prompt_threshold),
                                               prescreen_threshold=l2_prescreen)
+        # Released once: close(), garbage collection, interpreter exit or SIGTERM (shutdown.py).
+        self._release = shutdown.register(self, release_engine, self.pending, self.eviction, self.store,
+                                          self._dir_lock)
+        if self.pending is not None:
+            shutdown.install_sigterm_handler()
         self._warm: Optional[threading.Thread] = None
         if warm_start if warm_start is not None else self.store.mode != "ephemeral":
             # A long-lived cache opens its store (index check) and loads its models now, in the background.
@@ -256,7 +286,8 @@ class MLCEngine:
         except Exception as exc:
             self._stats.incr("misses")
             trace.ms = self._record_latency(t0, None)
-            self._fail("lookup", exc)
+            trace.error = f"{type(exc).__name__}: {exc}"
+            self._fail("lookup", exc, trace)
             return trace
         if trace.hit is None:
             self._stats.incr("misses")
@@ -277,11 +308,9 @@ class MLCEngine:
         return ms
 
     def _lookup(self, request: CacheRequest) -> Lookup:
-        kr = self.key(request)
+        kr = self.key(request).for_lookup()  # refusals and verdicts belong to this lookup only
         now = self._clock()
-        kr.features.pop("verification", None)  # verdicts of this lookup only
-        kr.features["refusals"] = []
-        trace = Lookup(hit=None)
+        trace = Lookup(hit=None, verdicts=kr.scratch.setdefault("verification", {}))
         for tier, enabled in (
             (self.exact_tier, self.enable_exact),
             (self.text_tier, self.enable_l1 and kr.embeddable and bool(kr.norm_text)),
@@ -291,13 +320,13 @@ class MLCEngine:
                 outcome = "skipped"
             else:
                 trace.hit = tier.lookup(kr, now)
-                refused = any(r.tier == tier.name for r in kr.features["refusals"])
+                refused = any(r.tier == tier.name for r in kr.scratch["refusals"])
                 outcome = "hit" if trace.hit is not None else "refused" if refused else "miss"
             self._stats.tier(tier.name, outcome)
             trace.tiers[tier.name] = outcome
             if trace.hit is not None:
                 return trace
-        refusals = kr.features["refusals"]
+        refusals = kr.scratch["refusals"]
         trace.refused = max(refusals, key=lambda r: r.scores.get("verifier", 0.0)) if refusals else None
         return trace
 
@@ -403,18 +432,15 @@ class MLCEngine:
         self.eviction.flush()
 
     def close(self) -> None:
+        """Write what is pending, release the store and the directory lock. Idempotent; a
+        program that never calls it loses nothing either (shutdown.py)."""
         try:
-            self.flush()
+            if self._release.alive:
+                self.flush()
         except Exception as exc:  # closing never raises in fail-open mode
             self._fail("flush", exc)
-        if self.pending is not None:
-            self.pending.close()
-        try:
-            self.store.close()  # a clean close: the next open need not check the vector indexes
-        except Exception as exc:
-            self._fail("close", exc)
-        if self._dir_lock is not None:
-            self._dir_lock.release()
+        finally:
+            self._release()
 
     def __enter__(self) -> "MLCEngine":
         return self
@@ -437,14 +463,20 @@ class MLCEngine:
         if self.verification is not None:
             self.verification.reset_stats()
 
-    def _fail(self, op: str, exc: BaseException) -> None:
+    def _fail(self, op: str, exc: BaseException, trace: Optional[Lookup] = None) -> None:
+        """Count a failure; strict mode raises it typed (with ``trace``, the failed
+        lookup, as ``exc.lookup``), otherwise it is logged and the call goes on."""
         kind = type(exc).__name__
         self._stats.error(f"{op}:{kind}")
         if self.strict:
-            if isinstance(exc, MLCError):
-                raise exc
-            raise StorageError(f"{op} failed: {kind}: {exc}") from exc
+            err = exc if isinstance(exc, MLCError) else StorageError(f"{op} failed: {kind}: {exc}")
+            err.lookup = trace  # type: ignore[attr-defined]
+            if err is exc:
+                raise err
+            raise err from exc
         if isinstance(exc, InvalidRequestError):
-            log.info("cache %s skipped for bad input: %s", op, exc)
+            # Each kind of bad input once at WARNING (visible by default), then at INFO.
+            log.log(first_time(f"{op}:{kind}"), "cache %s skipped for bad input (a counted miss; "
+                    "strict=True raises it): %s: %s", op, kind, exc)
         else:
             log.warning("cache %s failed (fail-open, the LLM call goes on): %s: %s", op, kind, exc)

@@ -7,6 +7,9 @@ turns them into counted misses (lookup) or logged no-ops (update). With
 
 from __future__ import annotations
 
+import logging
+import threading
+
 
 class MLCError(Exception):
     """Base class of every error raised by mlc_integrations."""
@@ -32,5 +35,23 @@ class StorageError(MLCError):
     """The vector store (Chroma) failed: unreachable server, corrupt directory, ..."""
 
 
+class DirectoryInUseError(StorageError):
+    """Another process has this embedded cache directory open (share it with ``mlc serve``)."""
+
+
 class ModelUnavailableError(MLCError):
     """An embedding model could not be loaded (no weights offline, bad checkpoint path)."""
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def first_time(kind: str) -> int:
+    """The logging level for a failure of ``kind``: WARNING the first time in this
+    process (bad input must be visible by default), INFO afterwards (no log flood)."""
+    with _warned_lock:
+        if kind in _warned:
+            return logging.INFO
+        _warned.add(kind)
+        return logging.WARNING

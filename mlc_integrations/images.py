@@ -13,6 +13,7 @@ import hashlib
 import io
 import os
 import re
+import stat
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,19 +94,21 @@ def _decode_bytes(data: bytes, *, max_pixels: int, max_bytes: int, what: str) ->
         )
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            # Our limit decides, not Pillow's global one (its warning would quote its own number).
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             im = Image.open(io.BytesIO(data))
             w, h = im.size
             if w * h > max_pixels:
                 raise ImageTooLargeError(
-                    f"{what}: {w}x{h} = {w * h} pixels exceeds max_image_pixels={max_pixels} "
+                    f"{what}: {w}x{h} = {w * h:,} pixels exceeds max_image_pixels={max_pixels:,} "
                     "(decompression-bomb guard); raise the limit to accept it"
                 )
             im.load()
     except ImageTooLargeError:
         raise
-    except (Image.DecompressionBombError, Image.DecompressionBombWarning) as exc:
-        raise ImageTooLargeError(f"{what}: refused as a decompression bomb: {exc}") from exc
+    except Image.DecompressionBombError as exc:  # over twice Pillow's own limit: refused while opening
+        raise ImageTooLargeError(
+            f"{what}: exceeds max_image_pixels={max_pixels:,} (decompression-bomb guard; {exc})") from exc
     except Exception as exc:  # PIL raises many types for corrupt / truncated data
         raise ImageDecodeError(f"{what}: cannot decode image ({type(exc).__name__}: {exc})") from exc
     if im.mode != "RGB":
@@ -204,17 +207,31 @@ def _looks_base64(s: str) -> bool:
     return len(s) >= 16 and bool(_B64_CHARS.match(s)) and "/" not in s[:1]
 
 
-def _decode_path(path: Path, *, max_pixels: int, max_bytes: int, what: str) -> DecodedImage:
+def read_image_file(path: Path, *, max_bytes: int, what: str) -> bytes:
+    """The bytes of a regular file, never more than ``max_bytes`` (+1 to detect the excess).
+
+    Only regular files: a FIFO would block, ``/dev/zero`` never ends, a directory fails
+    late. The size is checked on what is read, not on ``stat()``, which a growing or
+    special file can contradict."""
     try:
-        size = path.stat().st_size
+        # O_NONBLOCK: opening a FIFO with no writer must not hang before fstat refuses it.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0))
     except OSError as exc:
         raise ImageDecodeError(f"{what}: cannot read image file {str(path)!r} ({exc.strerror or exc})") from exc
-    if size > max_bytes:
-        raise ImageTooLargeError(f"{what}: file {str(path)!r} is {size} bytes, over max_image_bytes={max_bytes}")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise ImageDecodeError(f"{what}: cannot read image file {str(path)!r} ({exc})") from exc
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise ImageDecodeError(f"{what}: {str(path)!r} is not a regular file (a device, FIFO or directory)")
+        try:
+            data = f.read(max_bytes + 1)
+        except OSError as exc:
+            raise ImageDecodeError(f"{what}: cannot read image file {str(path)!r} ({exc})") from exc
+    if len(data) > max_bytes:
+        raise ImageTooLargeError(f"{what}: file {str(path)!r} is over max_image_bytes={max_bytes:,} bytes")
+    return data
+
+
+def _decode_path(path: Path, *, max_pixels: int, max_bytes: int, what: str) -> DecodedImage:
+    data = read_image_file(path, max_bytes=max_bytes, what=what)
     im = _decode_bytes(data, max_pixels=max_pixels, max_bytes=max_bytes, what=f"{what} ({path})")
     return DecodedImage(digest=pixel_digest(im), pil=im, source="pixels")
 

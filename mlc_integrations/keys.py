@@ -15,11 +15,11 @@ the decoded images and the embeddings computed for the lookup.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
 import unicodedata
-import weakref
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
@@ -39,6 +39,18 @@ def exact_text(text: str) -> str:
     """What the exact tier compares: Unicode NFC (the same characters however composed),
     outer whitespace trimmed — no case folding, no inner-space collapsing, no NFKC."""
     return unicodedata.normalize("NFC", text).strip()
+
+
+def check_text(value: str, what: str) -> str:
+    """Text a tokenizer and a JSON store can take: valid Unicode (no lone surrogates,
+    which Python strings can hold, e.g. from ``surrogateescape`` decoding)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidRequestError(
+            f"{what} is not valid Unicode: {exc.reason} {value[exc.start:exc.end]!r} at position {exc.start}; "
+            "decode its bytes with errors='replace' or fix the source") from None
+    return value
 
 
 def sha256_hex(data: str) -> str:
@@ -69,7 +81,14 @@ class KeyedRequest:
     images_key: str
     entry_id: str  # also the L0.5 exact key
     embeddable: bool  # text short enough to embed (longer text is still keyed exactly)
-    features: dict[str, Any] = field(default_factory=dict)  # memoized embeddings, verdicts
+    # Embeddings of this content (pure functions of it: shared by every keying of equal
+    # requests) and the state of one lookup (refusals, verdicts: never shared).
+    features: dict[str, Any] = field(default_factory=dict)
+    scratch: dict[str, Any] = field(default_factory=dict)
+
+    def for_lookup(self) -> "KeyedRequest":
+        """This request with fresh per-lookup state (embeddings still shared)."""
+        return dataclasses.replace(self, scratch={"refusals": []})
 
     def partitions(self) -> dict[str, Any]:
         """Partition keys of the vector tiers: a neighbour counts only inside its partition."""
@@ -124,7 +143,8 @@ def context_key(context: Sequence[Any], decode: Callable[[Any, str], DecodedImag
     if not isinstance(context, (list, tuple)):
         raise InvalidRequestError(f"context must be a list of messages, not {type(context).__name__}")
     canon = _canonical(list(context), decode, "context")
-    return sha256_hex(json.dumps(canon, sort_keys=True, ensure_ascii=False, separators=(",", ":")))
+    return sha256_hex(check_text(json.dumps(canon, sort_keys=True, ensure_ascii=False, separators=(",", ":")),
+                                 "context"))
 
 
 def check_embedding(vec: Sequence[float], what: str) -> list[float]:
@@ -150,7 +170,13 @@ def _unit_embedding(value: Sequence[float]) -> np.ndarray:
 
 
 class Keyer:
-    """Keys requests under one engine's limits; memoizes per request object."""
+    """Keys requests under one engine's limits.
+
+    Nothing is keyed by object identity: every call keys the request's content (cheap:
+    digests; pictures given as bytes, paths or data URLs are decoded once, DecodeMemo).
+    What is expensive to compute from that content -- its embeddings -- is memoized by
+    a digest of the content, so a lookup and the update after it encode once, and a
+    request whose content changed in between can never reuse the old one's keys."""
 
     def __init__(self, *, max_image_pixels: int, max_image_bytes: int, max_prompt_chars: int,
                  memo_size: int = 1024) -> None:
@@ -158,9 +184,8 @@ class Keyer:
         self.max_image_bytes = max_image_bytes
         self.max_prompt_chars = max_prompt_chars
         self._decode_memo = DecodeMemo()
-        # id(request) -> (weak reference to it, its keyed form); the reference check makes a
-        # recycled id of a collected request a miss, never another request's keys.
-        self._memo: LRU[int, tuple[Any, KeyedRequest]] = LRU(memo_size)
+        # content digest -> features (embeddings) of that content
+        self._features: LRU[str, dict[str, Any]] = LRU(memo_size)
 
     def decode(self, value: Any, what: str = "image") -> DecodedImage:
         """Decode an image under the limits (memoized by its encoded form)."""
@@ -179,11 +204,15 @@ class Keyer:
     def key(self, request: CacheRequest) -> KeyedRequest:
         if not isinstance(request, CacheRequest):
             raise InvalidRequestError(f"expected a CacheRequest, got {type(request).__name__}")
-        found = self._memo.get(id(request))
-        if found is not None and found[0]() is request:
-            return found[1]
         kr = self._key(request)
-        self._memo.put(id(request), (weakref.ref(request), kr))
+        supplied = kr.features.get("text")
+        content = sha256_hex(json.dumps([kr.entry_id, kr.text, None if supplied is None else supplied.tobytes().hex()],
+                                        separators=(",", ":")))
+        shared = self._features.get(content)
+        if shared is None:
+            self._features.put(content, kr.features)
+        else:
+            kr.features = shared
         return kr
 
     def _key(self, request: CacheRequest) -> KeyedRequest:
@@ -197,6 +226,8 @@ class Keyer:
             raise InvalidRequestError(f"prompt text must be str, got {type(text).__name__}")
         if not isinstance(request.scope, str) or not isinstance(request.namespace, str):
             raise InvalidRequestError("scope and namespace must be strings")
+        for value, what in ((text, "prompt text"), (request.scope, "scope"), (request.namespace, "namespace")):
+            check_text(value, what)
         images_in = request.images
         if images_in is None:
             images_in = []

@@ -13,9 +13,13 @@ from typing import Any, Optional, Sequence
 DEFAULT_NAMESPACE = "default"
 
 
-@dataclass
+@dataclass(frozen=True)
 class CacheRequest:
-    """A multimodal request as the engine sees it.
+    """A multimodal request as the engine sees it: an immutable value.
+
+    Frozen, with its sequences stored as tuples: a request changed after its lookup
+    would otherwise be stored under the key computed for its old content. Build a new
+    one (``dataclasses.replace(request, text=...)``) to ask something else.
 
     ``context`` is a list of earlier messages compared exactly. Each message is a
     JSON-like value; inside it, a part ``{"type": "image", "image": <image input>}``
@@ -31,6 +35,12 @@ class CacheRequest:
     scope: str = ""
     namespace: str = DEFAULT_NAMESPACE
     text_embedding: Optional[Sequence[float]] = None
+
+    def __post_init__(self) -> None:
+        for name in ("images", "context", "text_embedding"):
+            value = getattr(self, name)
+            if isinstance(value, list):  # other types are validated (and refused) by the keyer
+                object.__setattr__(self, name, tuple(value))
 
 
 @dataclass
@@ -94,9 +104,14 @@ class Lookup:
     refused: Optional[Refusal] = None
     tiers: dict[str, str] = field(default_factory=dict)
     ms: float = 0.0
+    # The verifier's decision per candidate entry id (verify.Decision: probability, model, detail).
+    verdicts: dict[str, Any] = field(default_factory=dict)
+    error: str = ""  # why the lookup failed ("ImageDecodeError: images[0]: ..."); "" when it ran
 
     def explain(self) -> str:
         if self.hit is not None:
             return self.hit.explain()
+        if self.error:
+            return f"miss: the lookup failed: {self.error}"
         tiers = " ".join(f"{t}:{o}" for t, o in self.tiers.items())
         return f"miss [{tiers}]" + (f"; best {self.refused.explain()}" if self.refused else "")

@@ -111,7 +111,7 @@ class _SemanticTier:
         if self.verification is not None:
             d = self._verify(cand, kr, found)
             if not d.accept:
-                kr.features.setdefault("refusals", []).append(Refusal(
+                kr.scratch.setdefault("refusals", []).append(Refusal(
                     tier=self.name, entry_id=cand.entry_id, matched_text=found.text,
                     scores=dict(scores, verifier=d.probability), thresholds=dict(thresholds, verifier=d.threshold),
                     reason="explored" if d.outcome == "explored" else "verifier",
@@ -134,7 +134,7 @@ class _SemanticTier:
     def _verify(self, cand: Candidate, kr: KeyedRequest, found: StoredEntry) -> Decision:
         """The verifier's verdict on a candidate, asked once per entry and lookup."""
         assert self.verification is not None
-        seen: dict[str, Decision] = kr.features.setdefault("verification", {})
+        seen: dict[str, Decision] = kr.scratch.setdefault("verification", {})
         d = seen.get(cand.entry_id)
         if d is None:
             cosine = self._cosine(cand)

@@ -13,10 +13,8 @@ A crash loses at most the pending window (entries acknowledged but not yet writt
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
-import weakref
 from collections import deque
 from typing import Any, Callable, Optional, Sequence
 
@@ -66,7 +64,6 @@ class PendingEntries:
         self._cond = threading.Condition()
         self._thread: Optional[threading.Thread] = None
         self._stopping = False
-        _live.add(self)
 
     # ------------------------------------------------------------------ caller side
     def submit(self, entry: NewEntry) -> None:
@@ -113,7 +110,7 @@ class PendingEntries:
             return self._cond.wait_for(lambda: not self._queue and not self._in_flight, timeout)
 
     def close(self) -> None:
-        self.drain()
+        """Stop the writer (after :meth:`drain`, which the engine's release runs first)."""
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
@@ -157,18 +154,3 @@ class PendingEntries:
                             del self._entries[e.entry_id]
                     self._in_flight = 0
                     self._cond.notify_all()
-
-
-_live: "weakref.WeakSet[PendingEntries]" = weakref.WeakSet()
-
-
-def drain_all(timeout: float = 10.0) -> None:
-    """Write what every live engine still holds (registered with atexit)."""
-    for p in list(_live):
-        try:
-            p.drain(timeout)
-        except Exception as exc:  # pragma: no cover - interpreter shutdown
-            log.warning("write-behind drain at exit failed: %s", exc)
-
-
-atexit.register(drain_all)

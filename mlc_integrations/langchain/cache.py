@@ -46,7 +46,8 @@ except ImportError:  # pragma: no cover - older langchain-core
     from contextlib import nullcontext as _quiet_beta
 
 from .._lru import LRU
-from ..adapter_kit import Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking, note_lookup
+from ..adapter_kit import (Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
+                           note_lookup)
 from ..conversation import request_from_turns
 from ..engine import MLCEngine
 from ..errors import InvalidRequestError, PayloadError
@@ -226,7 +227,8 @@ class MultimodalSemanticCache(BaseCache):
         req, kind = self._request_or_none(prompt, llm_string, "lookup")
         if req is None:
             return LookupRecord.of(None, kind, llm_string, namespace=self.namespace), None
-        found = self.engine.lookup_explained(req)
+        found = explained_lookup(self.engine, req, lambda failed: note_lookup(
+            LookupRecord.of(req, kind, llm_string, failed), self._counters, self._tracking, log))
         gens, note = None, ""
         if found.hit is not None:
             gens, note = self._restore(found.hit)

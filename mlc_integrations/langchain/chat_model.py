@@ -33,7 +33,8 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from pydantic import Field, PrivateAttr
 
-from ..adapter_kit import Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking, note_lookup
+from ..adapter_kit import (Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
+                           note_lookup)
 from ..engine import MLCEngine
 from ..errors import PayloadError
 from ..request import CacheRequest, Hit
@@ -227,7 +228,8 @@ class CachedChatModel(BaseChatModel):
         if keyed_call is None:
             return _Call(None, LookupRecord.of(None, "invalid", scope, namespace=namespace), None)
         request, kind = keyed_call
-        found = self.engine.lookup_explained(request)
+        found = explained_lookup(self.engine, request, lambda failed: self._finish(
+            _Call(request, LookupRecord.of(request, kind, scope, failed), None)))
         replay, note = None, ""
         if found.hit is not None:
             try:

@@ -46,7 +46,8 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import LLM, ToolSelection
 
-from ..adapter_kit import Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking, note_lookup
+from ..adapter_kit import (Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
+                           note_lookup)
 from ..conversation import Part, Turn, request_from_turns
 from ..engine import MLCEngine
 from ..errors import InvalidRequestError, PayloadError
@@ -245,7 +246,8 @@ class CachedMultiModalLLM(LLM):
         sync and async endpoints; the outcome is recorded in the caller's context."""
         if request is None:
             return LookupRecord.of(None, "invalid", "", namespace=self.namespace), None
-        found = self._engine.lookup_explained(request)
+        found = explained_lookup(self._engine, request, lambda failed: self._finish(
+            LookupRecord.of(request, api, request.scope, failed), None))
         response, note = None, ""
         if found.hit is not None:
             try:

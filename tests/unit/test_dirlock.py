@@ -42,7 +42,7 @@ def test_second_process_gets_a_clear_error_until_the_owner_dies(tmp_path: Path, 
         p.start()
         msg = out.get(timeout=60)
         p.join(30)
-        assert f"pid {owner.pid}" in msg and "chroma run" in msg and "persist_directory" in msg
+        assert f"pid {owner.pid}" in msg and "mlc serve --dir" in msg and "persist_directory" in msg
     finally:
         os.kill(owner.pid, signal.SIGKILL)  # a killed owner leaves no stale lock
         owner.join(30)

@@ -8,7 +8,7 @@ import math
 
 from evaluation.image_streams import video_frames
 from evaluation.photos import RELATED, choose_threshold, related_pairs, split
-from evaluation.workloads import shared_data_dir
+from evaluation.paths import video_source
 
 
 def test_threshold_is_the_strictest_that_keeps_the_target_reuse() -> None:
@@ -32,13 +32,26 @@ def test_split_keeps_each_related_group_on_one_side() -> None:
     assert abs(len(cal) - len(held)) <= 5  # the chessboard group (5) is the largest
 
 
-def test_video_frames_decode_the_shared_video_in_order() -> None:
-    path = shared_data_dir() / "video" / "tree.avi"
+def test_video_frames_decode_in_order_from_the_full_video_or_the_excerpt() -> None:
+    path, step = video_source("tree.avi")  # the shared data set's, or the checkout's excerpt
     every = video_frames(path, stride=1)
-    some = video_frames(path, stride=20, max_frames=3)
-    assert len(every) == 68 and len(some) == 3
-    assert [f.tobytes() for f in some] == [every[i].tobytes() for i in (0, 20, 40)]
-    assert some[0].mode == "RGB" and some[0].size == (320, 240)
+    some = video_frames(path, stride=5, max_frames=3)
+    assert len(every) >= 11 and len(some) == 3
+    assert [f.tobytes() for f in some] == [every[i].tobytes() for i in (0, 5, 10)]
+    assert some[0].mode == "RGB" and some[0].size == ((320, 240) if step == 1 else (160, 120))
+
+
+def test_a_bare_video_name_counts_its_stride_in_original_frames() -> None:
+    path, step = video_source("tree.avi")
+    assert [f.tobytes() for f in video_frames("tree.avi", stride=2 * step, max_frames=2)] == \
+        [f.tobytes() for f in video_frames(path, stride=2, max_frames=2)]
+
+
+def test_the_checkout_carries_excerpts_of_both_videos() -> None:
+    from evaluation.paths import REPO_DATA
+
+    for name in ("vtest.avi", "tree.avi"):
+        assert len(video_frames(REPO_DATA / "video" / name, stride=1)) >= 17
 
 
 def test_classifier_truth_is_what_the_backend_answers_for_the_bytes_sent() -> None:
@@ -48,7 +61,7 @@ def test_classifier_truth_is_what_the_backend_answers_for_the_bytes_sent() -> No
     from evaluation.runner import to_messages
     from evaluation.workloads import WorkItem
 
-    frame = video_frames(shared_data_dir() / "video" / "vtest.avi", stride=1, max_frames=1)[0]
+    frame = video_frames("vtest.avi", stride=1, max_frames=1)[0]
     data = imageops.jpeg_bytes(frame, 90)
     (truth,) = classifier_truths([data])
     backend = ImageNetClassifierChat()

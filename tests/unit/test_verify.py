@@ -576,14 +576,11 @@ def test_engine_hands_both_embeddings_to_the_vectors_model(make_engine: Any) -> 
     # a caller-supplied embedding: the cosine is used, the head (trained on MiniLM) is not
     r = CacheRequest(text="what color is the shape?", scope="m",
                      text_embedding=eng3.text_embedder.embed(["what color is the shape?"])[0].tolist())
-    eng3.lookup(r)
-    assert next(iter(eng3.key(r).features["verification"].values())).model == "full"
+    assert next(iter(eng3.lookup_explained(r).verdicts.values())).model == "full"
 
 
 def req_decisions(eng: Any, text: str) -> dict[str, Any]:
-    r = req(text)
-    eng.lookup(r)
-    return eng.key(r).features["verification"]
+    return eng.lookup_explained(req(text)).verdicts
 
 
 def test_default_verifier_keeps_common_paraphrases(make_engine: Any) -> None:

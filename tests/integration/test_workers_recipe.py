@@ -1,0 +1,42 @@
+"""The README's recipe for several worker processes (uvicorn/gunicorn workers): one
+``mlc serve --dir D`` and every worker pointing at it. Two worker processes share hits;
+an embedded engine on the served directory gets an error that names the recipe."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlc_integrations import DirectoryInUseError, MLCEngine
+from mlc_integrations.server import free_port
+from tests.integration.test_exit_durability import ROOT, _env, read, write
+
+
+def test_two_workers_share_one_cache_through_mlc_serve(tmp_path: Path) -> None:
+    directory, port = tmp_path / "mlc_cache", free_port()
+    serve = subprocess.Popen([sys.executable, "-m", "mlc_integrations.cli", "serve", "--dir", str(directory),
+                              "--port", str(port)], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert serve.stdout is not None
+        ready = serve.stdout.readline()
+        assert ready.startswith("serving cache directory"), (ready, serve.stderr.read() if serve.poll() else "")
+        where = ["--host", "127.0.0.1", "--port", str(port)]
+        # worker 1 stores an answer through the LangChain cache, worker 2 finds it
+        answer, _err = write(1, "langchain", "end", where)
+        assert read(["langchain:1"], where) == {"langchain:1": answer}
+        # an embedded engine on the served directory is told what to do instead
+        with pytest.raises(DirectoryInUseError, match=r"mlc serve --dir .* chroma_host='127.0.0.1'"):
+            MLCEngine(persist_directory=str(directory), enable_l1=False, enable_l2=False)
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        out, err = serve.communicate(timeout=60)
+    assert serve.returncode == 0, err[-2000:]
+    assert "stopped" in out
+    # the server is gone and its lock released: the directory opens embedded, answers included
+    with MLCEngine(persist_directory=str(directory), enable_l1=False, enable_l2=False) as engine:
+        assert engine.count() == 1
