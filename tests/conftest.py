@@ -18,7 +18,8 @@ from PIL import Image  # noqa: E402
 from mlc_integrations import MLCEngine  # noqa: E402
 from mlc_integrations.models import TextEmbedder, save_clip_checkpoint  # noqa: E402
 
-SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+# The checkout's own excerpts of the real data (data/README.md): tests never need ../shared.
+REPO_DATA = Path(__file__).resolve().parents[1] / "data"
 
 TINY_CLIP_CFG: dict[str, Any] = {
     "embed_dim": 32,

@@ -26,9 +26,9 @@ from mlc_integrations.image_encoders import (
 )
 from mlc_integrations.images import pixel_digest
 from mlc_integrations.models import ClipSpec
-from tests.conftest import SHARED_DATA
+from tests.conftest import REPO_DATA
 
-PHOTOS = SHARED_DATA / "photos"
+PHOTOS = REPO_DATA / "photos"
 
 
 def photo(name: str) -> Image.Image:

@@ -13,11 +13,11 @@ from PIL import Image
 from mlc_integrations import CacheRequest
 from evaluation import imageops
 from mlc_integrations.images import fingerprint
-from tests.conftest import SHARED_DATA
+from tests.conftest import REPO_DATA
 
 
 def photo(name: str) -> Image.Image:
-    with Image.open(SHARED_DATA / "photos" / name) as f:
+    with Image.open(REPO_DATA / "photos" / name) as f:
         return f.convert("RGB")
 
 
