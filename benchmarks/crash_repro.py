@@ -35,6 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 import numpy as np  # noqa: E402
+from mlc_integrations import StorageOptions
 
 DIM = 32
 CENTRES = 8  # --clustered: questions around a few topics, as a real cache's embeddings are
@@ -51,7 +52,7 @@ def _writer(path: str, check: str, seed: int, first_key: int, n_ops: int, cluste
     """The crash test's operation mix; ``n_ops`` < 0 runs until killed, else closes cleanly."""
     from mlc_integrations import CacheRequest, MLCEngine
 
-    eng = MLCEngine(persist_directory=path, clip_model=None, check_index=check)
+    eng = MLCEngine(persist_directory=path, image_encoder=None, storage=StorageOptions(check_index=check))
     rng = random.Random(seed)
     existing: list[int] = []
     key, done = first_key, 0

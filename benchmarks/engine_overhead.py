@@ -27,9 +27,9 @@ def timed(fn: Callable[[], object]) -> float:
 
 def main() -> None:
     try:
-        eng = MLCEngine(clip_model=None, durable=True)  # writes on the caller's path, as before write-behind
+        eng = MLCEngine(durable=True, image_encoder=None)  # writes on the caller's path, as before write-behind
     except TypeError:  # a checkout from before the durable option: always synchronous
-        eng = MLCEngine(clip_model=None)
+        eng = MLCEngine(image_encoder=None)
     rng = np.random.default_rng(0)
     vecs = rng.normal(size=(200, 384))
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)

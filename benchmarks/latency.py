@@ -253,7 +253,7 @@ def demo_stream() -> dict[str, Any]:
     warm_models()
     oracle = GroundTruthOracle(latency_s=0.3)
     with tempfile.TemporaryDirectory(prefix="mlc-latency-demo-") as d:
-        cache = MultimodalSemanticCache(persist_directory=os.path.join(d, "vqa"), clip_model="mlc-easyvqa-tiny")
+        cache = MultimodalSemanticCache(persist_directory=os.path.join(d, "vqa"), image_encoder="mlc-easyvqa-tiny")
         results = [run_workload(wl, None, oracle, config="no cache"),
                    run_workload(wl, cache, oracle, config="MLC defaults")]
     attach_speedups(results)

@@ -41,6 +41,7 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any, Optional
+from mlc_integrations import StorageOptions
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -86,11 +87,9 @@ def _worker(mode: str, wid: int, n_workers: int, ops: int, pool_size: int, deadl
     from mlc_integrations import CacheRequest, MLCEngine
 
     if mode == "server":
-        eng = MLCEngine(chroma_host=target["host"], chroma_port=target["port"], clip_model=CLIP_MODEL,
-                        collection_prefix="load")
+        eng = MLCEngine(chroma_host=target["host"], chroma_port=target["port"], image_encoder=CLIP_MODEL, storage=StorageOptions(collection_prefix="load"))
     else:
-        eng = MLCEngine(persist_directory=str(Path(target["dir"]) / f"proc-{wid}"), clip_model=CLIP_MODEL,
-                        collection_prefix="load")
+        eng = MLCEngine(persist_directory=str(Path(target["dir"]) / f"proc-{wid}"), image_encoder=CLIP_MODEL, storage=StorageOptions(collection_prefix="load"))
     paths = easy_vqa.get_test_image_paths()
     pool = workload(pool_size + n_workers * ops)
     shared, fresh = pool[:pool_size], pool[pool_size + wid * ops: pool_size + (wid + 1) * ops]

@@ -92,7 +92,7 @@ def update(args: argparse.Namespace) -> None:
 
     from mlc_integrations import CacheRequest, MLCEngine
 
-    eng = MLCEngine(persist_directory=tempfile.mkdtemp(), clip_model="mlc-easyvqa-tiny")
+    eng = MLCEngine(persist_directory=tempfile.mkdtemp(), image_encoder="mlc-easyvqa-tiny")
     pic = lambda i: Image.fromarray(np.random.default_rng(i).integers(0, 256, (64, 64, 3), dtype=np.uint8))  # noqa: E731
     eng.update(CacheRequest(text="warm up", images=[pic(999)]), "w")
     look, upd = [], []

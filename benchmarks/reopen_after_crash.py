@@ -42,6 +42,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 
 import numpy as np  # noqa: E402
+from mlc_integrations import TierOptions
 
 DIM = 384
 BATCH = 2_000
@@ -83,7 +84,7 @@ def _reopen(path: str, check: Optional[str], out: Any) -> None:
 def _engine_first_call(path: str, warm: bool, out: Any) -> None:
     from mlc_integrations import CacheRequest, MLCEngine
 
-    eng = MLCEngine(persist_directory=path, enable_l1=False, enable_l2=False, warm_start=warm)
+    eng = MLCEngine(persist_directory=path, warm_start=warm, image_encoder=None, tiers=TierOptions(l1=False))
     if eng._warm is not None:
         eng._warm.join(600)
     t0 = time.perf_counter()

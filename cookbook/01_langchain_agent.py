@@ -75,11 +75,11 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     parser.parse_args(argv)
     clip = _common.introduce("01 LangChain tool-calling agent over a cached multimodal model")
 
-    cache = MultimodalSemanticCache(persist_directory=None, clip_model=clip)
+    cache = MultimodalSemanticCache(persist_directory=None, image_encoder=clip)
     model = langchain_chat_model(cache=cache)
     runs = []
     for label, question, pic in _common.shop_tasks():
-        meter = _common.CallMeter(model, lambda: cache.stats()["langchain"]["misses"])
+        meter = _common.CallMeter(model, lambda: cache.stats()["adapter"]["misses"])
         answer, steps = run_agent(model, cache, question, pic)
         calls, misses = meter.read()
         runs.append(_common.run_record(label, question, pic, answer, steps, calls, misses))

@@ -96,7 +96,7 @@ async def run_tasks(llm: CachedMultiModalLLM, tasks: list[tuple[str, str, Pictur
         dispatcher = get_dispatcher()  # the root dispatcher: every component's events reach it
         dispatcher.add_event_handler(recorder)
         agent = FunctionAgent(tools=[catalog_tool(log)], llm=llm, system_prompt=SHOP_SYSTEM)
-        meter = _common.CallMeter(llm.llm, lambda: llm.stats()["llamaindex"]["misses"])
+        meter = _common.CallMeter(llm.llm, lambda: llm.stats()["adapter"]["misses"])
         try:
             answer = str(await agent.run(user_msg=user_message(question, pic)))
         finally:
@@ -111,7 +111,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     parser.parse_args(argv)
     clip = _common.introduce("02 LlamaIndex FunctionAgent over CachedMultiModalLLM")
 
-    llm = CachedMultiModalLLM(llm=llamaindex_llm(), clip_model=clip)  # in-memory cache
+    llm = CachedMultiModalLLM(llm=llamaindex_llm(), image_encoder=clip)  # in-memory cache
     runs = asyncio.run(run_tasks(llm, _common.shop_tasks()))
     for run in runs:
         print(f"[{run['label']}] {run['question']!r} about a {run['picture']}")

@@ -69,7 +69,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     clip = _common.introduce("03 multi-turn assistant about one picture")
 
-    cache = MultimodalSemanticCache(persist_directory=None, clip_model=clip)
+    cache = MultimodalSemanticCache(persist_directory=None, image_encoder=clip)
     model = langchain_chat_model(cache=cache)
     main_picture = picture("blue", "circle") if args.picture_id is None else picture_by_id(args.picture_id)
     red_triangle = picture("red", "triangle")

@@ -32,7 +32,7 @@ Real provider (optional)
 
 L2 needs a CLIP model. Offline, this uses ``mlc-easyvqa-tiny`` (trained by this project
 on easy-vqa, so it only knows this toy world); for your own camera, point
-``clip_model`` at a real CLIP such as open_clip ``ViT-B-32``/``laion2b_s34b_b79k``.
+``image_encoder`` at a real CLIP such as open_clip ``ViT-B-32``/``laion2b_s34b_b79k``.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ def run_without_cache(frames: list[Frame], latency_s: float) -> dict[str, Any]:
 
 
 def run_with_cache(frames: list[Frame], latency_s: float, clip: Optional[str]) -> tuple[dict[str, Any], list[dict[str, Any]], float]:
-    cache = MultimodalSemanticCache(persist_directory=None, clip_model=clip)
+    cache = MultimodalSemanticCache(persist_directory=None, image_encoder=clip)
     model = langchain_chat_model(latency_s, cache=cache)
     ask(model, Frame(-1, -1, picture("green", "circle").image, ""))  # warm-up: loads the models, not timed
     cache.clear()
@@ -125,7 +125,7 @@ def run_with_cache(frames: list[Frame], latency_s: float, clip: Optional[str]) -
     seconds = time.perf_counter() - t0
     # Similarity of each frame to the nearest frame cached before it (what L2 compared);
     # the engine memoizes embeddings by pixel digest, so this reruns no model.
-    clip_model = cache.engine.clip_embedder
+    clip_model = cache.engine.image_tower
     stored: list[np.ndarray] = []
     for f, r in zip(frames, records):
         sim = float("nan")

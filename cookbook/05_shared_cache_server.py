@@ -48,6 +48,7 @@ from langchain_core.messages import HumanMessage
 from mlc_integrations import MultimodalSemanticCache
 from mlc_integrations.verify import normalize_answer
 from mlc_integrations.server import ChromaServer
+from mlc_integrations import StorageOptions
 
 RESULT_PREFIX = "RESULT-JSON: "
 COLOR_Q = "What color is the shape?"
@@ -69,8 +70,7 @@ def worker_tasks(name: str) -> list[tuple[str, str, Any]]:
 
 def run_worker(name: str, host: str, port: int, prefix: str) -> dict[str, Any]:
     """One application process: its own cache object and model, the shared server's data."""
-    cache = MultimodalSemanticCache(chroma_host=host, chroma_port=port, collection_prefix=prefix,
-                                    clip_model=_common.offline_clip_model())
+    cache = MultimodalSemanticCache(chroma_host=host, chroma_port=port, image_encoder=_common.offline_clip_model(), storage=StorageOptions(collection_prefix=prefix))
     model = langchain_chat_model(cache=cache)
     steps = []
     for label, question, pic in worker_tasks(name):

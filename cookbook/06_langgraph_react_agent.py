@@ -78,11 +78,11 @@ def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
     clip = _common.introduce("06 LangGraph ReAct agent, streamed token by token, over CachedChatModel")
 
     inner = langchain_chat_model()
-    model = CachedChatModel(inner, persist_directory=None, clip_model=clip)
+    model = CachedChatModel(inner, persist_directory=None, image_encoder=clip)
     agent = build_agent(model)
     runs = []
     for label, question, pic in _common.shop_tasks(paraphrases=1):
-        meter = _common.CallMeter(inner, lambda: model.stats()["chat_model"]["misses"])
+        meter = _common.CallMeter(inner, lambda: model.stats()["adapter"]["misses"])
         streamed = run_agent(agent, model, question, pic)
         calls, misses = meter.read()
         run = _common.run_record(label, question, pic, streamed["answer"], streamed["steps"], calls, misses,

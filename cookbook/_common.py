@@ -107,7 +107,7 @@ def offline_clip_model() -> Optional[str]:
     """``"mlc-easyvqa-tiny"`` when its checkpoint is installed, else None (L2 off).
 
     The offline CLIP only knows easy-vqa's world (eight colours, three shapes), which is
-    what these examples show. For your own pictures point ``clip_model`` at a real CLIP.
+    what these examples show. For your own pictures point ``image_encoder`` at a real CLIP.
     """
     path = NAMED_CLIP_MODELS[OFFLINE_CLIP]
     return OFFLINE_CLIP if (path / "open_clip_config.json").exists() else None

@@ -172,24 +172,32 @@ def mlc_cache(**engine_options: Any) -> BaseCache:
     its calibrated threshold unless one is passed), else on ``mlc-easyvqa-tiny``."""
     from mlc_integrations.langchain import MultimodalSemanticCache
 
-    encoder = engine_options.pop("image_encoder", None)
+    engine_options = engine_options_of(engine_options)
+    engine_options.setdefault("image_encoder", "mlc-easyvqa-tiny")
     engine_options.setdefault("persist_directory", None)
-    if encoder is not None:
-        return MultimodalSemanticCache(engine=engine_with_image_encoder(encoder, **engine_options))
-    engine_options.setdefault("clip_model", "mlc-easyvqa-tiny")
     return MultimodalSemanticCache(**engine_options)
 
 
-def engine_with_image_encoder(image_encoder: Any, **engine_options: Any) -> Any:
-    """An :class:`MLCEngine` whose L2 image side is ``image_encoder`` (see
-    :func:`mlc_integrations.image_encoders.resolve_image_encoder`); its calibrated
-    threshold unless the options say otherwise."""
-    from mlc_integrations.engine import MLCEngine
+def engine_options_of(recipe: dict[str, Any]) -> dict[str, Any]:
+    """The engine keywords for a sweep recipe. Recipes stay flat, JSON-friendly dicts
+    (they are recorded in every report's params): ``enable_exact``/``enable_l1`` become
+    :class:`TierOptions`, ``enable_l2=False`` is ``image_encoder=None``, ``l2_threshold``
+    sets both L2 thresholds, ``l2_prompt_encoder`` goes to the tier options."""
+    from mlc_integrations import TierOptions
 
-    return MLCEngine(image_encoder=image_encoder, **engine_options)
+    out = dict(recipe)
+    tiers = {"exact": out.pop("enable_exact", True), "l1": out.pop("enable_l1", True)}
+    if "l2_prompt_encoder" in out:
+        tiers["l2_prompt_encoder"] = out.pop("l2_prompt_encoder")
+    if tiers != {"exact": True, "l1": True}:
+        out["tiers"] = TierOptions(**tiers)
+    if out.pop("enable_l2", True) is False:
+        out["image_encoder"] = None
+    if "l2_threshold" in out:
+        out["l2_image_threshold"] = out["l2_prompt_threshold"] = out.pop("l2_threshold")
+    return out
 
 
-# name -> (label, factory). Factories return a fresh, empty cache (None = no cache).
 def configurations(gptcache_thresholds: tuple[float, ...] = (0.8, 0.9)) -> dict[str, tuple[str, Callable[[], Optional[BaseCache]]]]:
     out: dict[str, tuple[str, Callable[[], Optional[BaseCache]]]] = {
         "no cache": ("no cache (every request calls the backend)", lambda: None),

@@ -35,6 +35,7 @@ from .backends import ImageNetClassifierChat
 from .baselines import mlc_cache
 from .runner import RunResult, run_workload
 from .workloads import Workload
+from mlc_integrations import TierOptions
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,8 @@ def per_picture_ms(fn: Any, pictures: Sequence[Any], repeats: int = 2) -> float:
 
 def _cache(encoder: Optional[str], tau: Optional[float]) -> Any:
     if encoder is None:  # the exact tier alone: same question, same pixels
-        return mlc_cache(enable_l1=False, enable_l2=False, verifier="off")
-    return mlc_cache(image_encoder=encoder, enable_l1=False, l2_image_threshold=tau, verifier="off")
+        return mlc_cache(image_encoder=None, tiers=TierOptions(l1=False), verifier="off")
+    return mlc_cache(image_encoder=encoder, l2_image_threshold=tau, tiers=TierOptions(l1=False), verifier="off")
 
 
 def run(streams: Sequence[str] = ("video", "photo-classes"), *, encoders: Sequence[str] = ENCODERS,

@@ -283,7 +283,6 @@ def demo(
 
     from mlc_integrations.image_encoders import DEFAULT_IMAGE_ENCODER
     from mlc_integrations.langchain import MultimodalSemanticCache
-    from .baselines import engine_with_image_encoder
 
     t0 = time.perf_counter()
     _phase("demo: building the streams (easy-vqa VQA, camera" + (", video)" if video else ")"), progress)
@@ -307,10 +306,10 @@ def demo(
         path = os.path.join(directory, wl.name)
         if key == "classifier":
             backend.classify([_picture(wl.items[0].image)])  # load before timing
-            cache = MultimodalSemanticCache(engine=engine_with_image_encoder(DEFAULT_IMAGE_ENCODER, persist_directory=path))
+            cache = MultimodalSemanticCache(persist_directory=path, image_encoder=DEFAULT_IMAGE_ENCODER)
             label = f"MultimodalSemanticCache (embedded Chroma, defaults, L2 on {DEFAULT_IMAGE_ENCODER})"
         else:
-            cache = MultimodalSemanticCache(persist_directory=path, clip_model="mlc-easyvqa-tiny")
+            cache = MultimodalSemanticCache(persist_directory=path, image_encoder="mlc-easyvqa-tiny")
             label = "MultimodalSemanticCache (embedded Chroma, defaults, L2 on mlc-easyvqa-tiny)"
         n, calls = len(wl.items), (f"the {latency_ms:g} ms oracle" if key == "oracle" else f"the {key}")
         _phase(f"demo [{2 * i + 1}/{steps}]: {wl.name}, {n} requests without a cache (every one calls {calls})",

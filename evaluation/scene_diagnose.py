@@ -120,7 +120,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     clip = scenes_clip()
     warm_models(clip)
     over = {} if args.l2_image_threshold is None else {"l2_image_threshold": args.l2_image_threshold}
-    cache = mlc_cache(clip_model=clip, **over) if args.config == "defaults" else _shipped()
+    cache = mlc_cache(**over, image_encoder=clip) if args.config == "defaults" else _shipped()
     argv_text = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in vars(args).items()
                          if k in ("config", "split", "l2_image_threshold", "seed") and v not in (None, 0, "test"))
     config = args.config + (f", l2_image_threshold={args.l2_image_threshold:g}" if over else "")

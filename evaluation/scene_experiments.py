@@ -79,14 +79,14 @@ def _plan(wl: Workload, taus: Sequence[float], clip: str, gptcache: bool) -> lis
                          {"tau": None}, lambda t=t: GPTCacheLangChain(t)))
     plan += [
         ("MLC as shipped", f"MLCEngine() as shipped (L2 on {DEFAULT_IMAGE_ENCODER})", {}, _shipped),
-        ("MLC defaults", f"MLC engine defaults, L2 on {MODEL_NAME}", {}, lambda: mlc_cache(clip_model=clip)),
+        ("MLC defaults", f"MLC engine defaults, L2 on {MODEL_NAME}", {}, lambda: mlc_cache(image_encoder=clip)),
     ]
     for s in SERIES:
         if "verifier" in s and not _engine_has_verifier():
             continue
         for t in ([None] if s == "L0.5 only" else taus):
-            opts = dict(SERIES[s](t if t is not None else 0.0), clip_model=clip)
-            plan.append((s, s if t is None else f"{s} tau={t:g}", {"tau": t, **{k: v for k, v in opts.items() if k != "clip_model"}},
+            opts = {"image_encoder": clip, **SERIES[s](t if t is not None else 0.0)}  # a series' enable_l2 wins
+            plan.append((s, s if t is None else f"{s} tau={t:g}", {"tau": t, **{k: v for k, v in opts.items() if k != "image_encoder"}},
                          lambda opts=opts: mlc_cache(**opts)))
     return plan
 

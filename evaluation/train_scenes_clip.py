@@ -17,7 +17,7 @@ term:
   state away.
 
 Opt-in only: the library never loads it by itself. Point an engine at it with
-``MLCEngine(clip_model=str(MODEL_DIR))``. Reproduce with
+``MLCEngine(image_encoder=str(MODEL_DIR))``. Reproduce with
 ``python -m evaluation.train_scenes_clip`` (writes ``MODEL_DIR``).
 """
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .config import Limits, StorageOptions, TierOptions, VerifierOptions, WriteOptions
 from .engine import MLCEngine
 from .errors import (
     DirectoryInUseError,
@@ -16,17 +17,24 @@ from .errors import (
     StorageError,
 )
 from .images import ImageRef, image_digest
+from .models import ClipSpec
 from .request import CacheRequest, Hit, Lookup, Refusal
 
 __version__ = "0.1.0"
 
 __all__ = [
     "MLCEngine",
+    "StorageOptions",
+    "WriteOptions",
+    "Limits",
+    "TierOptions",
+    "VerifierOptions",
     "CacheRequest",
     "Hit",
     "Lookup",
     "Refusal",
     "ImageRef",
+    "ClipSpec",
     "image_digest",
     "MLCError",
     "InvalidRequestError",

@@ -102,6 +102,26 @@ class Counters:
         return engine_stats
 
 
+# ---------------------------------------------------------------------------- one convention
+def adapter_engine(who: str, engine: Optional["MLCEngine"], strict: Optional[bool],
+                   engine_options: dict[str, Any]) -> tuple["MLCEngine", bool]:
+    """The engine an adapter serves from, and whether the adapter owns it (then its
+    ``close()`` closes it). The three adapters share this convention: ``engine=`` shares
+    an engine whose settings -- ``strict`` included -- are its own, so giving both is a
+    TypeError; otherwise the adapter builds one from ``strict`` and the engine options."""
+    from .engine import MLCEngine
+
+    if engine is None:
+        return MLCEngine(strict=bool(strict), **engine_options), True
+    if not isinstance(engine, MLCEngine):
+        raise TypeError(f"{who}(engine=...) takes an MLCEngine, got {type(engine).__name__}")
+    given = sorted(engine_options) + (["strict"] if strict is not None else [])
+    if given:
+        raise TypeError(f"{who}(engine=...) uses that engine's settings; configure {', '.join(given)} on the "
+                        "MLCEngine instead")
+    return engine, False
+
+
 # ---------------------------------------------------------------------------- failure policy
 class FailOpen:
     """The adapters' one answer to "this cannot be cached": count it, then raise a typed

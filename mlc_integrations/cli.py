@@ -105,7 +105,7 @@ def _error(args: argparse.Namespace, message: str, code: int = 2) -> int:
 
 
 def _cmd_quickstart(args: argparse.Namespace) -> int:
-    from .demo import run_quickstart
+    from .quickstart import run_quickstart
 
     return run_quickstart(persist_directory=args.dir)
 

@@ -20,34 +20,31 @@ from .dirlock import DirectoryLock
 from .encoders import TierEncoders
 from .entries import NO_EXPIRY, EntryKeys, EntryMeta, EntryStore, NewEntry, answer_of, serialize_payload
 from .errors import InvalidRequestError, MLCError, StorageError, first_time
-from .eviction import DEFAULT_EVICTION_POLICY, Eviction
-from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS, DecodedImage
+from .eviction import Eviction
+from .images import DecodedImage
 from .keys import Keyer, KeyedRequest, scope_digest
 from .image_encoders import DEFAULT_IMAGE_ENCODER, ImageEncoder
-from .models import ClipSpec, TextEmbedder
+from .models import TextEmbedder
 from .request import CacheRequest, Hit, Lookup
 from .stats import EngineStats, engine_stats
-from .storage import DEFAULT_SEARCH_EF, ChromaStore
+from .storage import ChromaStore
+from .config import Limits, StorageOptions, TierOptions, VerifierOptions, WriteOptions, resolve_options
 from .tiers import (
     DEFAULT_L1_THRESHOLD,
     DEFAULT_L2_IMAGE_THRESHOLD,
-    DEFAULT_L2_PRESCREEN,
     DEFAULT_L2_PROMPT_THRESHOLD,
     ExactTier,
     MultimodalTier,
     TextSemanticTier,
 )
 from . import shutdown
-from .writebehind import DEFAULT_MAX_PENDING, PendingEntries
-from .verify import DEFAULT_EXPLORE_RATE, DEFAULT_MIN_PRECISION, VerificationPolicy, make_policy
+from .writebehind import PendingEntries
+from .verify import VerificationPolicy, make_policy
 
 __all__ = ["MLCEngine", "answer_of", "DEFAULT_L1_THRESHOLD", "DEFAULT_L2_IMAGE_THRESHOLD",
            "DEFAULT_L2_PROMPT_THRESHOLD"]
 
 log = logging.getLogger(__name__)
-
-_UNSET: Any = object()
-
 
 # How long a closing engine waits for its write-behind queue (a server outage must not
 # hang an exiting program forever; what is left is reported at WARNING with its count).
@@ -85,19 +82,23 @@ class MLCEngine:
       >= ``l2_image_threshold`` *and* prompt similarity >= ``l2_prompt_threshold``,
       each on its own, then the verifier accepts.
 
-    Storage is Chroma: in memory by default, ``persist_directory`` embedded and persistent,
-    ``chroma_host``/``chroma_port`` a shared server (each request bounded by
-    ``chroma_timeout``); ``hnsw_search_ef`` the HNSW beam width; ``check_index`` when
-    opening checks every vector can be found ("always" for persistent/server stores).
-    ``text_backend``: "auto" (ONNX Runtime fp32 when installed, else torch), "onnx-fp32",
-    "onnx-int8", "torch" (docs/text_encoder.md).
+    Everyday options are keywords: where entries live (in memory by default,
+    ``persist_directory`` embedded and persistent, ``chroma_host``/``chroma_port`` a shared
+    server), which models (``text_model``: a sentence-transformers name or path, a
+    LangChain ``Embeddings``, a LlamaIndex ``BaseEmbedding`` or a callable from texts to
+    vectors; ``image_encoder``: see :mod:`.image_encoders`, None switches L2 off), the
+    thresholds, ``ttl``, ``max_entries``, ``strict``, ``durable``, ``warm_start`` and
+    ``verifier``. Expert knobs live in small objects (:mod:`.config`): ``storage=``
+    :class:`StorageOptions`, ``writes=`` :class:`WriteOptions`, ``limits=``
+    :class:`Limits`, ``tiers=`` :class:`TierOptions`, ``verifier=`` :class:`VerifierOptions`.
 
     Default fail-open: a lookup error is a counted miss, an update error a logged,
     counted no-op. ``strict=True`` raises :class:`~mlc_integrations.errors.MLCError`
     subclasses instead. Updates are write-behind: ``update()`` returns once the entry is
     in memory (visible to lookups here) and a background thread writes it (at most
-    ``max_pending_writes`` wait); ``flush()``, ``close()`` and exit drain it.
-    ``durable=True`` (the default with ``strict=True``) writes before returning.
+    ``WriteOptions.max_pending`` wait); ``flush()``, ``close()``, garbage collection and
+    the process's exit drain it. ``durable=True`` (the default with ``strict=True``)
+    writes before returning. ``clock`` (seconds) is injectable for tests of TTLs.
     """
 
     def __init__(
@@ -106,57 +107,30 @@ class MLCEngine:
         persist_directory: Optional[str] = None,
         chroma_host: Optional[str] = None,
         chroma_port: int = 8000,
-        chroma_timeout: Optional[float] = 5.0,
-        hnsw_search_ef: int = DEFAULT_SEARCH_EF,
-        check_index: Optional[str] = None,
-        chroma_client: Any = None,
-        collection_prefix: str = "mlc",
-        text_model: Optional[str] = None,
-        text_backend: Optional[str] = None,
-        image_encoder: Any = _UNSET,
-        clip_model: Any = _UNSET,
-        clip_pretrained: Optional[str] = None,
-        l2_prompt_encoder: str = "text",
-        enable_exact: bool = True,
-        enable_l1: bool = True,
-        enable_l2: bool = True,
+        text_model: Any = None,
+        image_encoder: Any = DEFAULT_IMAGE_ENCODER,
         l1_threshold: float = DEFAULT_L1_THRESHOLD,
-        l2_threshold: Optional[float] = None,
         l2_image_threshold: Optional[float] = None,
         l2_prompt_threshold: float = DEFAULT_L2_PROMPT_THRESHOLD,
-        l2_prescreen: Optional[float] = DEFAULT_L2_PRESCREEN,
         ttl: Optional[float] = None,
         max_entries: Optional[int] = None,
-        eviction_policy: str = DEFAULT_EVICTION_POLICY,
         strict: bool = False,
         durable: Optional[bool] = None,
-        max_pending_writes: int = DEFAULT_MAX_PENDING,
-        store_prompts: bool = True,
-        max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS,
-        max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES,
-        max_prompt_chars: int = 8192,
-        max_response_bytes: int = 4 * 1024 * 1024,
-        n_candidates: int = 16,
-        clock: Callable[[], float] = time.time,
-        verifier: Any = "default",
-        verifier_precision: float = DEFAULT_MIN_PRECISION,
-        max_false_hit_rate: Optional[float] = None,
-        explore_rate: float = DEFAULT_EXPLORE_RATE,
-        verifier_embedding_head: bool = False,
         warm_start: Optional[bool] = None,
+        verifier: Any = "default",
+        storage: Optional[StorageOptions] = None,
+        writes: Optional[WriteOptions] = None,
+        limits: Optional[Limits] = None,
+        tiers: Optional[TierOptions] = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        if clip_model is not _UNSET:  # the older name of the option
-            if image_encoder is not _UNSET:
-                raise TypeError("give image_encoder= or its older name clip_model=, not both")
-            image_encoder = None if clip_model is None else ClipSpec.parse(clip_model, clip_pretrained)
-        elif image_encoder is _UNSET:
-            image_encoder = DEFAULT_IMAGE_ENCODER
-        self.encoders = TierEncoders(text_model=text_model, text_backend=text_backend, image_encoder=image_encoder,
-                                     l2_prompt_encoder=l2_prompt_encoder, enable_l2=enable_l2)
+        storage, writes, limits, tiers = resolve_options(storage, writes, limits, tiers)
+        judge = VerifierOptions.of(verifier)
+        self.encoders = TierEncoders(text_model=text_model, text_backend=tiers.text_backend,
+                                     image_encoder=image_encoder, l2_prompt_encoder=tiers.l2_prompt_encoder,
+                                     enable_l2=image_encoder is not None)
         if l2_image_threshold is None:  # each image tower is calibrated on its own (image_encoders.py)
             l2_image_threshold = self.encoders.image_threshold or DEFAULT_L2_IMAGE_THRESHOLD
-        if l2_threshold is not None:
-            l2_image_threshold = l2_prompt_threshold = l2_threshold
         for name, v in (("l1_threshold", l1_threshold), ("l2_image_threshold", l2_image_threshold),
                         ("l2_prompt_threshold", l2_prompt_threshold)):
             if not (-1.0 <= float(v) <= 1.0):
@@ -166,33 +140,37 @@ class MLCEngine:
 
         self.store = ChromaStore(
             persist_directory=persist_directory, chroma_host=chroma_host, chroma_port=chroma_port,
-            collection_prefix=collection_prefix, client=chroma_client, timeout=chroma_timeout,
-            hnsw_search_ef=hnsw_search_ef, check_index=check_index,
+            collection_prefix=storage.collection_prefix, client=storage.client, timeout=storage.timeout,
+            hnsw_search_ef=storage.hnsw_search_ef, check_index=storage.check_index,
         )
         self._dir_lock = DirectoryLock.acquire(persist_directory) if self.store.mode == "persistent" else None
-        self.enable_exact = enable_exact
-        self.enable_l1 = enable_l1
+        self.enable_exact = tiers.exact
+        self.enable_l1 = tiers.l1
         self.ttl = ttl
         self.strict = strict
-        self.store_prompts = store_prompts
-        self.max_response_bytes = max_response_bytes
-        self.n_candidates = n_candidates
+        self.store_prompts = writes.store_prompts
+        self.max_response_bytes = limits.max_response_bytes
+        self.n_candidates = tiers.n_candidates
+        self.options = {"storage": storage, "writes": writes, "limits": limits, "tiers": tiers, "verifier": judge}
         self._clock = clock  # wall-clock seconds; injectable so TTL tests need no sleeping
         self._stats = EngineStats()
-        self.keyer = Keyer(max_image_pixels=max_image_pixels, max_image_bytes=max_image_bytes,
-                           max_prompt_chars=max_prompt_chars)
-        self.entries = EntryStore(self.store, self._stats, on_deleted=self._forget)
-        self.eviction = Eviction(self.entries, self._stats, clock, max_entries=max_entries, policy=eviction_policy)
+        self.keyer = Keyer(max_image_pixels=limits.max_image_pixels, max_image_bytes=limits.max_image_bytes,
+                           max_prompt_chars=limits.max_prompt_chars)
         self.durable = strict if durable is None else bool(durable)
         self.pending: Optional[PendingEntries] = None
+        self.entries = EntryStore(self.store, self._stats, on_deleted=self._forget)
+        self.eviction = Eviction(self.entries, self._stats, clock, max_entries=max_entries,
+                                 policy=storage.eviction_policy)
         if not self.durable:
-            self.pending = self.entries.pending = PendingEntries(
+            self.pending = PendingEntries(
                 self.entries.put_many, after_write=self.eviction.after_insert,
-                max_pending=max_pending_writes, on_error=self._write_failed)
+                max_pending=writes.max_pending, on_error=self._write_failed)
+            self.entries.attach_pending(self.pending)
         # Verifier between retrieval and reuse (verify/, docs/verification.md); None = raw cosine only.
         self.verification: Optional[VerificationPolicy] = make_policy(
-            verifier, min_precision=verifier_precision, max_false_hit_rate=max_false_hit_rate,
-            explore_rate=explore_rate, text_model=text_model, embedding_head=verifier_embedding_head)
+            judge.model, min_precision=judge.min_precision, max_false_hit_rate=judge.max_false_hit_rate,
+            explore_rate=judge.explore_rate, text_model=self.encoders.text_model_name,
+            embedding_head=judge.embedding_head)
         if self.verification is None and l1_threshold < 0.95:
             log.warning("verifier is off and l1_threshold=%.2f: raw cosine alone reuses negated and reworded "
                         "questions below 0.95 (see docs/verification.md)", l1_threshold)
@@ -202,7 +180,7 @@ class MLCEngine:
         self.text_tier = TextSemanticTier(*common, threshold=float(l1_threshold))
         self.multimodal_tier = MultimodalTier(*common, image_threshold=float(l2_image_threshold),
                                               prompt_threshold=float(l2_prompt_threshold),
-                                              prescreen_threshold=l2_prescreen)
+                                              prescreen_threshold=tiers.l2_prescreen)
         # Released once: close(), garbage collection, interpreter exit or SIGTERM (shutdown.py).
         self._release = shutdown.register(self, release_engine, self.pending, self.eviction, self.store,
                                           self._dir_lock)
@@ -226,7 +204,6 @@ class MLCEngine:
     l2_status = property(lambda self: self.encoders.l2_status)
     text_embedder: TextEmbedder = property(lambda self: self.encoders.text_embedder)  # type: ignore[assignment]
     image_tower: Optional[ImageEncoder] = property(lambda self: self.encoders.image_tower)  # type: ignore[assignment]
-    clip_embedder = image_tower  # the older name
 
     @property
     def storage_mode(self) -> str:
@@ -456,7 +433,7 @@ class MLCEngine:
 
     def stats(self) -> dict[str, Any]:
         """Per-tier hits/misses, lookup latency percentiles, errors, entries, configuration."""
-        return engine_stats(self)
+        return engine_stats(self, self._stats, warm_start=self._warm is not None)
 
     def reset_stats(self) -> None:
         self._stats.reset()

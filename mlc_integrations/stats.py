@@ -86,9 +86,9 @@ class EngineStats:
             self._errors.clear()
 
 
-def engine_stats(engine: "MLCEngine") -> dict[str, Any]:
-    """:meth:`MLCEngine.stats`: the counters, the entry count and the configuration."""
-    snap = engine._stats.snapshot()
+def engine_stats(engine: "MLCEngine", counters: EngineStats, warm_start: bool) -> dict[str, Any]:
+    """:meth:`MLCEngine.stats`: ``counters``, the entry count and the configuration."""
+    snap = counters.snapshot()
     try:
         snap["entries"] = engine.count()
     except Exception as exc:
@@ -111,7 +111,7 @@ def engine_stats(engine: "MLCEngine") -> dict[str, Any]:
         **engine.eviction.config(),
         "strict": engine.strict,
         "durable": engine.durable,
-        "warm_start": engine._warm is not None,
+        "warm_start": warm_start,
         "check_index": engine.store.check_index_mode,
     }
     snap["verification"] = engine.verification.stats() if engine.verification is not None else {"mode": "off"}

@@ -202,7 +202,7 @@ def _torch_pipeline(d: Path) -> Any:
     import torch
     from transformers import AutoModel
 
-    from .models import quiet_progress_bars
+    from .model_files import quiet_progress_bars
 
     class SentencePipeline(torch.nn.Module):
         def __init__(self) -> None:
@@ -433,7 +433,7 @@ def main() -> None:
     (for an image build step or a deploy script)."""
     import argparse
 
-    from .models import resolve_text_model
+    from .model_files import resolve_text_model
 
     ap = argparse.ArgumentParser(description=main.__doc__)
     ap.add_argument("model", nargs="?", default=None, help="sentence-transformers directory (default: the offline MiniLM)")

@@ -68,8 +68,7 @@ def make_engine(text_embedder: TextEmbedder, tiny_clip_dir: Path) -> Iterator[Ca
     engines: list[MLCEngine] = []
 
     def factory(**kw: Any) -> MLCEngine:
-        if "image_encoder" not in kw:
-            kw.setdefault("clip_model", str(tiny_clip_dir))
+        kw.setdefault("image_encoder", str(tiny_clip_dir))
         eng = MLCEngine(**kw)
         engines.append(eng)
         return eng

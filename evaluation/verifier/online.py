@@ -135,7 +135,7 @@ def cmd_latency(args: argparse.Namespace) -> None:
         from mlc_integrations.engine import MLCEngine
         from mlc_integrations.request import CacheRequest
 
-        eng = MLCEngine(enable_l2=False)
+        eng = MLCEngine(image_encoder=None)
         try:
             ids = [eng.update(CacheRequest(text=b, text_embedding=vb.tolist(), scope="lat"), "x")
                    for b, (_u, vb) in zip(qqp.b[:200], vecs[:200])]

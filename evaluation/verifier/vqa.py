@@ -135,7 +135,7 @@ def score_engine_on_vqa_stream(engine_kw: dict[str, Any], n_images: int, per_ima
     rng = random.Random(SEED)
     images = list(load_split("test"))
     rng.shuffle(images)
-    eng = MLCEngine(enable_l2=False, **engine_kw)
+    eng = MLCEngine(**engine_kw, image_encoder=None)
     hits = wrong = correct = lookups = 0
     try:
         for img in images[:n_images]:

@@ -46,7 +46,7 @@ except ImportError:  # pragma: no cover - older langchain-core
     from contextlib import nullcontext as _quiet_beta
 
 from .._lru import LRU
-from ..adapter_kit import (Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
+from ..adapter_kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
                            note_lookup)
 from ..conversation import request_from_turns
 from ..engine import MLCEngine
@@ -115,12 +115,12 @@ class MultimodalSemanticCache(BaseCache):
             configured already: pass no other engine options.
         persist_directory: embedded Chroma directory (default ``.mlc_cache`` in the
             working directory, like LangChain's ``SQLiteCache``); None for in-memory.
-            Ignored when ``chroma_host`` or ``chroma_client`` is given.
+            Ignored when ``chroma_host`` or ``storage=StorageOptions(client=...)`` is given.
         namespace: tenant; entries of other namespaces are never returned.
         strict: raise typed :class:`~mlc_integrations.errors.MLCError` subclasses on bad
             input (naming the bad block) instead of counting a miss.
         **engine_options: any :class:`MLCEngine` option (thresholds, ``chroma_host``,
-            ``clip_model``, ``ttl``, ``max_entries``, ...).
+            ``image_encoder``, ``ttl``, ``max_entries``, ``storage=``, ...).
     """
 
     def __init__(
@@ -129,22 +129,17 @@ class MultimodalSemanticCache(BaseCache):
         *,
         persist_directory: Optional[str] = DEFAULT_PERSIST_DIRECTORY,
         namespace: str = DEFAULT_NAMESPACE,
-        strict: bool = False,
+        strict: Optional[bool] = None,
         **engine_options: Any,
     ) -> None:
-        if engine is not None:
-            if engine_options or strict or persist_directory != DEFAULT_PERSIST_DIRECTORY:
-                raise TypeError(
-                    "MultimodalSemanticCache(engine=...) uses that engine's settings; configure "
-                    "persist_directory, strict and other options on the MLCEngine instead"
-                )
-            self._owns_engine = False
-        else:
-            if engine_options.get("chroma_host") or engine_options.get("chroma_client") is not None:
-                if persist_directory == DEFAULT_PERSIST_DIRECTORY:
-                    persist_directory = None
-            engine = MLCEngine(persist_directory=persist_directory, strict=strict, **engine_options)
-            self._owns_engine = True
+        if engine is None and persist_directory == DEFAULT_PERSIST_DIRECTORY and (
+                engine_options.get("chroma_host") or getattr(engine_options.get("storage"), "client", None) is not None):
+            persist_directory = None  # a server or the caller's client: no local directory
+        if engine is not None and persist_directory != DEFAULT_PERSIST_DIRECTORY:
+            engine_options["persist_directory"] = persist_directory  # reported as a conflicting option
+        elif engine is None:
+            engine_options["persist_directory"] = persist_directory
+        engine, self._owns_engine = adapter_engine("MultimodalSemanticCache", engine, strict, engine_options)
         if not isinstance(namespace, str) or not namespace:
             raise ValueError("namespace must be a non-empty string")
         self.engine: MLCEngine = engine
@@ -215,10 +210,11 @@ class MultimodalSemanticCache(BaseCache):
 
     def stats(self) -> dict[str, Any]:
         """The engine's stats (tiers, latency, errors, entries) plus this adapter's counts
-        under ``"langchain"``: lookups seen, hits, misses, prompt kinds, bad input,
+        under ``"adapter"`` (as every adapter's): lookups seen, hits, misses, prompt kinds, bad input,
         responses not cached because they do not serialize, unreadable entries, and
         ``by_scope``: lookups, hits and misses per ``llm_string`` and namespace."""
-        return self._counters.merged(self.engine.stats(), "langchain", namespace=self.namespace)
+        return self._counters.merged(self.engine.stats(), "adapter", type="MultimodalSemanticCache",
+                                     namespace=self.namespace)
 
     # ------------------------------------------------------------------ BaseCache
     def _look_up(self, prompt: str, llm_string: str) -> tuple[LookupRecord, Optional[list[Generation]]]:
@@ -275,7 +271,7 @@ class MultimodalSemanticCache(BaseCache):
         await asyncio.to_thread(self.update, prompt, llm_string, return_val)
 
     def clear(self, **kwargs: Any) -> None:
-        """Delete this namespace's entries; ``clear(llm_string=...)`` only that model's."""
+        """Delete every entry of this cache's namespace; ``clear(llm_string=...)`` only that model's."""
         self.engine.clear(scope=kwargs.get("llm_string"), namespace=self.namespace)
         self._pending.clear()
 
@@ -283,7 +279,7 @@ class MultimodalSemanticCache(BaseCache):
         await asyncio.to_thread(self.clear, **kwargs)
 
     def close(self) -> None:
-        """Flush the engine if this cache created it (a shared engine is its owner's)."""
+        """Close the engine if this cache built it (a shared engine is its owner's)."""
         if self._owns_engine:
             self.engine.close()
 

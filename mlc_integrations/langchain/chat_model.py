@@ -33,7 +33,7 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from pydantic import Field, PrivateAttr
 
-from ..adapter_kit import (Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
+from ..adapter_kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
                            note_lookup)
 from ..engine import MLCEngine
 from ..errors import PayloadError
@@ -62,11 +62,13 @@ class _Call:
 class CachedChatModel(BaseChatModel):
     """Any LangChain chat model, with multi-level response caching on every call style.
 
-    ``CachedChatModel(model, cache=None, *, namespace=None, strict=False, **options)``:
+    ``CachedChatModel(model, engine=None, *, cache=None, namespace=None, strict=None, **options)``:
 
-    * ``cache``: a :class:`MultimodalSemanticCache` to share (e.g. the one given to
-      ``set_llm_cache``), an :class:`~mlc_integrations.MLCEngine`, or None to build a
-      ``MultimodalSemanticCache(namespace=..., strict=..., **engine options)``;
+    * ``engine``: an :class:`~mlc_integrations.MLCEngine` to share (its settings, ``strict``
+      included, are its own), or None to build one from ``strict`` and the engine options,
+      as ``MultimodalSemanticCache(...)`` would (the convention of all three adapters);
+    * ``cache``: instead, the :class:`MultimodalSemanticCache` to share -- LangChain's own
+      ``cache=`` convention -- e.g. the one given to ``set_llm_cache`` (its namespace too);
     * ``options``: ``BaseChatModel`` settings of the wrapper (``callbacks``, ``tags``,
       ``disable_streaming``, ...); any other name is an engine option.
 
@@ -84,32 +86,31 @@ class CachedChatModel(BaseChatModel):
     _fail_open: FailOpen = PrivateAttr()
     _tracking: LookupTracking = PrivateAttr()
 
-    def __init__(self, model: BaseChatModel,
-                 cache: Union[MultimodalSemanticCache, MLCEngine, None] = None, *,
-                 namespace: Optional[str] = None, strict: bool = False, **options: Any) -> None:
+    def __init__(self, model: BaseChatModel, engine: Optional[MLCEngine] = None, *,
+                 cache: Optional[MultimodalSemanticCache] = None, namespace: Optional[str] = None,
+                 strict: Optional[bool] = None, **options: Any) -> None:
         if not isinstance(model, BaseChatModel):
             hint = " (wrap the model, then bind: CachedChatModel(model).bind_tools(...))" \
                 if isinstance(model, Runnable) else ""
             raise TypeError(f"model must be a LangChain BaseChatModel, got {type(model).__name__}{hint}")
         fields = {k: options.pop(k) for k in list(options) if k in type(self).model_fields}
-        ns = {"namespace": namespace} if namespace is not None else {}
-        if isinstance(cache, MultimodalSemanticCache):
-            if options or strict or namespace is not None:
+        if cache is not None:
+            if not isinstance(cache, MultimodalSemanticCache):
+                raise TypeError("cache= takes the MultimodalSemanticCache to share (e.g. set_llm_cache's); "
+                                f"got {type(cache).__name__} (an MLCEngine goes to engine=)")
+            if engine is not None or options or strict is not None or namespace is not None:
                 raise TypeError("CachedChatModel(cache=MultimodalSemanticCache(...)) uses that cache's namespace, "
                                 "strictness and engine; configure them there")
-        elif isinstance(cache, MLCEngine):
-            if options or strict:
-                raise TypeError("CachedChatModel(cache=MLCEngine(...)) uses that engine's settings; "
-                                "configure strict and other options on the engine")
-        elif cache is not None:
-            raise TypeError(f"cache must be a MultimodalSemanticCache, an MLCEngine or None, got {type(cache).__name__}")
+        elif engine is not None:
+            adapter_engine("CachedChatModel", engine, strict, options)  # the shared convention's checks
         super().__init__(model=model, cache=False, **fields)
         # built only once the wrapper's own fields are valid: an engine may hold a directory lock
-        if isinstance(cache, MultimodalSemanticCache):
+        ns = {"namespace": namespace} if namespace else {}
+        if cache is not None:
             self._mlc_cache = cache
-        elif isinstance(cache, MLCEngine):
-            self._mlc_cache = MultimodalSemanticCache(cache, **ns)
-        else:
+        elif engine is not None:
+            self._mlc_cache = MultimodalSemanticCache(engine, **ns)
+        else:  # as the LangChain cache would be built (persisted in ./.mlc_cache by default)
             self._mlc_cache = MultimodalSemanticCache(strict=strict, **ns, **options)
             self._owns_cache = True
         self._counters = Counters(_COUNTERS)
@@ -157,15 +158,27 @@ class CachedChatModel(BaseChatModel):
         return self._tracking.track()
 
     def stats(self) -> dict[str, Any]:
-        """The engine's statistics plus this wrapper's counters under ``"chat_model"``
+        """The engine's statistics plus this wrapper's counters under ``"adapter"``
         (hits, misses, calls that could not be keyed, streams finished and abandoned,
         ``by_scope``: per ``llm_string`` and namespace)."""
-        return self._counters.merged(self.engine.stats(), "chat_model", namespace=self._mlc_cache.namespace)
+        return self._counters.merged(self.engine.stats(), "adapter", type="CachedChatModel",
+                                     namespace=self._mlc_cache.namespace)
 
     def close(self) -> None:
-        """Close the cache if this wrapper built it (a shared one is its owner's)."""
+        """Close the engine if this wrapper built it (a shared one is its owner's)."""
         if self._owns_cache:
-            self._mlc_cache.close()
+            self._mlc_cache.engine.close()
+
+    def clear(self) -> None:
+        """Delete every entry of this wrapper's namespace."""
+        self._mlc_cache.clear()
+
+    async def aclear(self) -> None:
+        await asyncio.to_thread(self.clear)
+
+    @property
+    def strict(self) -> bool:
+        return self._mlc_cache.strict
 
     # ------------------------------------------------------------------ entry points
     # LangChain runs ainvoke/abatch/batch/astream_events lookups in tasks or threads it

@@ -46,7 +46,7 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import LLM, ToolSelection
 
-from ..adapter_kit import (Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
+from ..adapter_kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
                            note_lookup)
 from ..conversation import Part, Turn, request_from_turns
 from ..engine import MLCEngine
@@ -70,10 +70,12 @@ _FROM_PAYLOAD: dict[str, Callable[[Any], Response]] = {"chat": chat_from_payload
 class CachedMultiModalLLM(LLM):
     """Any LlamaIndex LLM, with multi-level response caching in front of it.
 
-    ``CachedMultiModalLLM(llm, engine=None, *, namespace="default", strict=False,
+    ``CachedMultiModalLLM(llm, engine=None, *, namespace="default", strict=None,
     **engine_options)``: give an :class:`~mlc_integrations.MLCEngine` to share one
-    cache between wrappers, or engine options (``persist_directory=...``,
-    ``l1_threshold=...``, ...) to build one; the default engine is in memory.
+    cache between wrappers (its settings, ``strict`` included, are its own), or ``strict``
+    and engine options (``persist_directory=...``, ``l1_threshold=...``, ...) to build one;
+    the default engine is in memory. ``close()`` closes an engine the wrapper built,
+    ``clear()`` deletes the entries of its namespace (the convention of all three adapters).
 
     ``chat``/``complete`` (sync and async) look up first and call the inner LLM only
     on a miss; the ``stream_*`` variants replay a hit as a stream and store a miss only
@@ -92,6 +94,7 @@ class CachedMultiModalLLM(LLM):
     _fail_open: FailOpen = PrivateAttr()
     _tracking: LookupTracking = PrivateAttr()
     _scope_watch: ScopeWatch = PrivateAttr()
+    _owns_engine: bool = PrivateAttr(default=False)
 
     def __new__(cls, *args: Any, **kwargs: Any) -> "CachedMultiModalLLM":
         # A function-calling inner LLM gets the function-calling wrapper, so that
@@ -107,7 +110,7 @@ class CachedMultiModalLLM(LLM):
         engine: Optional[MLCEngine] = None,
         *,
         namespace: str = DEFAULT_NAMESPACE,
-        strict: bool = False,
+        strict: Optional[bool] = None,
         callback_manager: Optional[CallbackManager] = None,
         **engine_options: Any,
     ) -> None:
@@ -116,17 +119,14 @@ class CachedMultiModalLLM(LLM):
                 f"llm must be a llama_index.core.llms.LLM, got {type(llm).__name__}; legacy "
                 "MultiModalLLM classes are not supported (use their LLM successor with ImageBlocks)"
             )
-        if engine is not None and engine_options:
-            raise ValueError(f"give either engine= or engine options, not both (got {sorted(engine_options)})")
-        if engine is None:
-            engine = MLCEngine(strict=strict, **engine_options)
+        engine, owns = adapter_engine("CachedMultiModalLLM", engine, strict, engine_options)
         fields: dict[str, Any] = {}
         if callback_manager is not None:
             fields["callback_manager"] = callback_manager
         super().__init__(
             llm=llm,
             namespace=namespace,
-            strict=bool(strict or engine.strict),
+            strict=bool(engine.strict),
             **fields,
             # The wrapper formats prompts exactly as the inner LLM would (predict(), programs).
             system_prompt=llm.system_prompt,
@@ -137,6 +137,7 @@ class CachedMultiModalLLM(LLM):
             query_wrapper_prompt=llm.query_wrapper_prompt,
         )
         self._engine = engine
+        self._owns_engine = owns
         self._counters = Counters(_COUNTERS)
         self._fail_open = FailOpen(self._counters, lambda: self.strict, log)
         self._tracking = LookupTracking()
@@ -180,13 +181,23 @@ class CachedMultiModalLLM(LLM):
         return self._tracking.track()
 
     def stats(self) -> dict[str, Any]:
-        """The engine's statistics plus this adapter's counters under ``"llamaindex"``
+        """The engine's statistics plus this adapter's counters under ``"adapter"``
         (``by_scope``: lookups, hits and misses per scope and namespace)."""
-        return self._counters.merged(self._engine.stats(), "llamaindex", namespace=self.namespace)
+        return self._counters.merged(self._engine.stats(), "adapter", type="CachedMultiModalLLM",
+                                     namespace=self.namespace)
 
-    def clear_cache(self) -> None:
-        """Delete every entry of this inner LLM's scope in this namespace."""
-        self._engine.clear(scope=self.scope, namespace=self.namespace)
+    def clear(self) -> None:
+        """Delete every entry of this wrapper's namespace (``engine.clear(scope=self.scope,
+        namespace=...)`` for this inner LLM's only)."""
+        self._engine.clear(namespace=self.namespace)
+
+    async def aclear(self) -> None:
+        await asyncio.to_thread(self.clear)
+
+    def close(self) -> None:
+        """Close the engine if this wrapper built it (a shared one is its owner's)."""
+        if self._owns_engine:
+            self._engine.close()
 
     def to_payload(self) -> dict[str, Any]:
         payload = dict(self.llm.to_payload())

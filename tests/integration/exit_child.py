@@ -21,13 +21,16 @@ import sys
 import time
 from typing import Any, Callable, Optional
 
-OPTIONS: dict[str, Any] = {"enable_l1": False, "enable_l2": False}
+from mlc_integrations import StorageOptions, TierOptions
+
+OPTIONS: dict[str, Any] = {"tiers": TierOptions(l1=False), "image_encoder": None}
 SCOPE = "exit-test-model"
 
 
 def _where(args: argparse.Namespace) -> dict[str, Any]:
     if args.host:
-        return {"chroma_host": args.host, "chroma_port": args.port, "collection_prefix": args.prefix}
+        return {"chroma_host": args.host, "chroma_port": args.port,
+                "storage": StorageOptions(collection_prefix=args.prefix)}
     return {"persist_directory": args.dir}
 
 

@@ -12,6 +12,7 @@ from mlc_integrations import CacheRequest
 from mlc_integrations.server import ChromaServer
 from tests.helpers import pattern
 from tests.integration.workers import engine, mp_context, question, same_key_worker, share_worker
+from mlc_integrations import StorageOptions
 
 
 def _collect(out: Any, procs: list[Any], timeout: float = 180) -> list[dict[str, Any]]:
@@ -53,7 +54,7 @@ def test_what_one_process_stores_the_others_hit(chroma_server: ChromaServer, pre
             assert tier == ("L1" if para else "L0.5")
         st = r["stats"]
         assert st["lookups"] == st["hits"] + st["misses"] and st["misses"] == 0 and st["errors"] == {}
-    fresh = engine(chroma_host=chroma_server.host, chroma_port=chroma_server.port, collection_prefix=prefix)
+    fresh = engine(chroma_host=chroma_server.host, chroma_port=chroma_server.port, storage=StorageOptions(collection_prefix=prefix))
     assert fresh.count() == n_workers * keys_per_worker
 
 
@@ -72,7 +73,7 @@ def test_concurrent_updates_of_one_request_leave_one_consistent_entry(chroma_ser
     written = [tuple(sorted(p.items())) for r in results for p in r["written"]]
     assert len(written) == n_workers * rounds * len(keys) and all(r["updates_failed"] == 0 for r in results)
 
-    eng = engine(chroma_host=chroma_server.host, chroma_port=chroma_server.port, collection_prefix=prefix)
+    eng = engine(chroma_host=chroma_server.host, chroma_port=chroma_server.port, storage=StorageOptions(collection_prefix=prefix))
     ids = {k: eng.key(question(k)).entry_id for k in keys}
     exact = eng.store.collection("exact").get(include=["documents"])
     l1 = eng.store.collection("l1").get(include=[])
@@ -90,10 +91,8 @@ def test_concurrent_updates_of_one_request_leave_one_consistent_entry(chroma_ser
 
 def test_all_three_tiers_on_the_server(chroma_server: ChromaServer, prefix: str, make_engine: Any) -> None:
     """The same engine code, real models included, against the server instead of embedded Chroma."""
-    a = make_engine(chroma_host=chroma_server.host, chroma_port=chroma_server.port, collection_prefix=prefix,
-                    l2_image_threshold=0.9, l2_prompt_threshold=0.8, durable=True)  # b reads what a acknowledged
-    b = make_engine(chroma_host=chroma_server.host, chroma_port=chroma_server.port, collection_prefix=prefix,
-                    l2_image_threshold=0.9, l2_prompt_threshold=0.8)
+    a = make_engine(chroma_host=chroma_server.host, chroma_port=chroma_server.port, l2_image_threshold=0.9, l2_prompt_threshold=0.8, durable=True, storage=StorageOptions(collection_prefix=prefix))  # b reads what a acknowledged
+    b = make_engine(chroma_host=chroma_server.host, chroma_port=chroma_server.port, l2_image_threshold=0.9, l2_prompt_threshold=0.8, storage=StorageOptions(collection_prefix=prefix))
     assert a.stats()["config"]["storage"] == "server"
     img = pattern(11)
     a.update(CacheRequest(text="What color is the square?", images=[img], scope="m"), "blue")

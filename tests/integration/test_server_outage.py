@@ -22,10 +22,11 @@ import pytest
 from mlc_integrations import MLCEngine, StorageError
 from mlc_integrations.server import ChromaServer, free_port
 from tests.integration.workers import engine, question
+from mlc_integrations import StorageOptions
 
 
 def _server_engine(server: ChromaServer, prefix: str, **kw: Any) -> MLCEngine:
-    return engine(chroma_host=server.host, chroma_port=server.port, collection_prefix=prefix, **kw)
+    return engine(**kw, chroma_host=server.host, chroma_port=server.port, storage=StorageOptions(collection_prefix=prefix))
 
 
 class FakeMonotonic:
@@ -147,7 +148,7 @@ def test_hung_server_costs_one_timeout_then_fails_fast(private_chroma_server: Ch
     """A server that accepts connections but never answers (SIGSTOP) must not hang lookups:
     chromadb's own HTTP client has no timeout, the engine bounds it."""
     server = private_chroma_server
-    eng = _server_engine(server, "hung", chroma_timeout=1.0)
+    eng = _server_engine(server, "hung", storage=StorageOptions(timeout=1.0))
     clock = eng.store.monotonic = FakeMonotonic()
     eng.update(question(1), {"key": 1})
     assert server.pid is not None
@@ -180,9 +181,9 @@ def test_hung_server_costs_one_timeout_then_fails_fast(private_chroma_server: Ch
 def test_engine_created_while_server_down_starts_working_when_it_comes_up(tmp_path: Any) -> None:
     port = free_port()
     server = ChromaServer(tmp_path / "data", port=port)
-    eng = engine(chroma_host="127.0.0.1", chroma_port=port, collection_prefix="late")
+    eng = engine(chroma_host="127.0.0.1", chroma_port=port, storage=StorageOptions(collection_prefix="late"))
     assert eng.lookup(question(1)) is None and eng.update(question(1), {"key": 1}) is None
-    strict = engine(chroma_host="127.0.0.1", chroma_port=port, collection_prefix="late", strict=True)
+    strict = engine(chroma_host="127.0.0.1", chroma_port=port, strict=True, storage=StorageOptions(collection_prefix="late"))
     with pytest.raises(StorageError, match="unreachable"):
         strict.lookup(question(1))
     try:

@@ -14,6 +14,7 @@ import pytest
 from mlc_integrations import DirectoryInUseError, MLCEngine
 from mlc_integrations.server import free_port
 from tests.integration.test_exit_durability import ROOT, _env, read, write
+from mlc_integrations import TierOptions
 
 
 def test_two_workers_share_one_cache_through_mlc_serve(tmp_path: Path) -> None:
@@ -31,12 +32,12 @@ def test_two_workers_share_one_cache_through_mlc_serve(tmp_path: Path) -> None:
         assert read(["langchain:1"], where) == {"langchain:1": answer}
         # an embedded engine on the served directory is told what to do instead
         with pytest.raises(DirectoryInUseError, match=r"mlc serve --dir .* chroma_host='127.0.0.1'"):
-            MLCEngine(persist_directory=str(directory), enable_l1=False, enable_l2=False)
+            MLCEngine(persist_directory=str(directory), image_encoder=None, tiers=TierOptions(l1=False))
     finally:
         serve.send_signal(signal.SIGTERM)
         out, err = serve.communicate(timeout=60)
     assert serve.returncode == 0, err[-2000:]
     assert "stopped" in out
     # the server is gone and its lock released: the directory opens embedded, answers included
-    with MLCEngine(persist_directory=str(directory), enable_l1=False, enable_l2=False) as engine:
+    with MLCEngine(persist_directory=str(directory), image_encoder=None, tiers=TierOptions(l1=False)) as engine:
         assert engine.count() == 1

@@ -19,6 +19,7 @@ from typing import Any, Optional
 import numpy as np
 
 from mlc_integrations import CacheRequest, MLCEngine
+from mlc_integrations import StorageOptions
 
 DIM = 32
 SCOPE = "model=test-llm;temperature=0"
@@ -40,7 +41,7 @@ def question(key: int, *, paraphrase: int = 0, namespace: str = "default", scope
 
 
 def engine(**kw: Any) -> MLCEngine:
-    kw.setdefault("clip_model", None)
+    kw.setdefault("image_encoder", None)
     # Acknowledged = written: the journals and the other processes check what each update
     # acknowledged (write-behind would acknowledge before the write; see test_writebehind.py).
     kw.setdefault("durable", True)
@@ -65,7 +66,7 @@ def share_worker(host: str, port: int, prefix: str, worker: int, n_workers: int,
                  barrier: Any, out: Any) -> None:
     """Store this worker's questions, wait for all workers, then look up everyone's."""
     try:
-        eng = engine(chroma_host=host, chroma_port=port, collection_prefix=prefix)
+        eng = engine(chroma_host=host, chroma_port=port, storage=StorageOptions(collection_prefix=prefix))
         mine = range(worker * keys_per_worker, (worker + 1) * keys_per_worker)
         stored = [eng.update(question(k), {"key": k, "writer": worker}) is not None for k in mine]
         barrier.wait(timeout=120)
@@ -85,7 +86,7 @@ def same_key_worker(host: str, port: int, prefix: str, worker: int, rounds: int,
                     barrier: Any, out: Any) -> None:
     """Every round, all workers update the same questions at once with their own payload."""
     try:
-        eng = engine(chroma_host=host, chroma_port=port, collection_prefix=prefix)
+        eng = engine(chroma_host=host, chroma_port=port, storage=StorageOptions(collection_prefix=prefix))
         written = []
         for r in range(rounds):
             barrier.wait(timeout=120)

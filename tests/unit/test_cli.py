@@ -20,6 +20,7 @@ from mlc_integrations.inspection import size_on_disk
 from mlc_integrations.keys import scope_digest
 from mlc_integrations.request import CacheRequest
 from mlc_integrations.storage import TIER_COLLECTIONS
+from mlc_integrations import StorageOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0  # a fixed creation time for the first entries (2023-11-14)
@@ -37,11 +38,11 @@ def cache_dir(tmp_path: Path, text_embedder: Any) -> Path:
     """A small persistent cache: scopes m1 and m2, namespaces default and tenant-b, one
     entry with a picture, one expired; written in two sessions at known times."""
     d = tmp_path / "cache"
-    with MLCEngine(persist_directory=str(d), clip_model=None, durable=True, clock=lambda: T0) as eng:
+    with MLCEngine(persist_directory=str(d), durable=True, clock=lambda: T0, image_encoder=None) as eng:
         _put(eng, "What color is the car?", "m1", image=True)
         _put(eng, "What is the capital of France?", "m1")
         _put(eng, "How old is the universe?", "m1", ttl=60)  # expired long before now
-    with MLCEngine(persist_directory=str(d), clip_model=None, durable=True, clock=lambda: T0 + 3600) as eng:
+    with MLCEngine(persist_directory=str(d), durable=True, clock=lambda: T0 + 3600, image_encoder=None) as eng:
         _put(eng, "What is the capital of France?", "m1", namespace="tenant-b")
         _put(eng, "What is the capital of France?", "m2")
     return d
@@ -53,7 +54,7 @@ def _json(capsys: pytest.CaptureFixture[str], argv: list[str]) -> dict[str, Any]
 
 
 def _count(d: Path) -> int:
-    with MLCEngine(persist_directory=str(d), clip_model=None, warm_start=False) as eng:
+    with MLCEngine(persist_directory=str(d), warm_start=False, image_encoder=None) as eng:
         return eng.count()
 
 
@@ -80,7 +81,7 @@ def test_stats_text_names_digests_sizes_and_never_prompts(cache_dir: Path, capsy
 
 
 def test_stats_of_several_prefixes_and_of_one(cache_dir: Path, capsys, text_embedder: Any) -> None:
-    with MLCEngine(persist_directory=str(cache_dir), collection_prefix="other", clip_model=None, durable=True) as eng:
+    with MLCEngine(persist_directory=str(cache_dir), durable=True, image_encoder=None, storage=StorageOptions(collection_prefix="other")) as eng:
         _put(eng, "Is it raining?", "m3")
     out = _json(capsys, ["stats", "--dir", str(cache_dir), "--json"])
     assert {c["prefix"]: c["entries"] for c in out["caches"]} == {"mlc": 5, "other": 1}
@@ -136,7 +137,7 @@ def test_a_directory_in_use_by_another_process_is_refused(cache_dir: Path, capsy
         assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
         assert main(["stats", "--dir", str(cache_dir)]) == 1
         err = capsys.readouterr().err
-        assert f"in use by another process (pid {holder.pid})" in err and "Chroma server" in err
+        assert f"in use by another process (pid {holder.pid})" in err and "mlc serve --dir" in err
     finally:
         holder.kill()
         holder.wait()
@@ -193,7 +194,7 @@ def test_clear_by_digest_as_scopes_shows_it(cache_dir: Path, capsys) -> None:
 
 
 def test_clear_needs_a_prefix_when_the_directory_holds_several(cache_dir: Path, capsys, text_embedder: Any) -> None:
-    with MLCEngine(persist_directory=str(cache_dir), collection_prefix="other", clip_model=None, durable=True) as eng:
+    with MLCEngine(persist_directory=str(cache_dir), durable=True, image_encoder=None, storage=StorageOptions(collection_prefix="other")) as eng:
         _put(eng, "Is it raining?", "m3")
     assert main(["clear", "--dir", str(cache_dir), "--yes"]) == 2
     assert "several caches; choose one with --prefix (mlc, other)" in capsys.readouterr().err
@@ -205,7 +206,7 @@ def test_clear_needs_a_prefix_when_the_directory_holds_several(cache_dir: Path, 
 
 def test_cleared_cache_still_serves_what_is_left(cache_dir: Path, capsys, text_embedder: Any) -> None:
     assert main(["clear", "--dir", str(cache_dir), "--scope", "m2", "--yes"]) == 0
-    with MLCEngine(persist_directory=str(cache_dir), clip_model=None, warm_start=False) as eng:
+    with MLCEngine(persist_directory=str(cache_dir), warm_start=False, image_encoder=None) as eng:
         assert eng.lookup(CacheRequest(text="What is the capital of France?", scope="m2")) is None
         hit = eng.lookup(CacheRequest(text="What is the capital of France?", scope="m1"))
         assert hit is not None and hit.tier == "L0.5"

@@ -28,7 +28,7 @@ SHARED_KEYS = range(0, 20)
 
 
 def _engine(make_engine: Any) -> MLCEngine:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     for k in SHARED_KEYS:
         assert eng.update(question(k, namespace="shared"), {"key": k, "shared": True}) is not None
     eng.reset_stats()
@@ -168,7 +168,7 @@ async def test_2000_concurrent_asyncio_tasks(make_engine: Any) -> None:
 def test_real_model_under_threads(make_engine: Any) -> None:
     """The sentence model (not supplied vectors) shared by 8 threads: exact reads and
     paraphrases from every thread, and each thread's writes read back by the others."""
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     facts = [f"What is the boiling point of substance number {i} in kelvin?" for i in range(40)]
     errors: list[str] = []
     barrier = threading.Barrier(N_THREADS)

@@ -35,6 +35,7 @@ from mlc_integrations.storage import ChromaStore
 from tests.helpers import pattern
 from tests.integration.workers import (crash_verify, crash_writer, expected_states, mp_context,
                                        open_store_until_killed)
+from mlc_integrations import StorageOptions
 
 CI_KILLS = 20
 SOAK_KILLS = 200
@@ -166,7 +167,7 @@ def shared_client() -> Any:
 
 
 def _reopened(make_engine: Callable[..., MLCEngine], client: Any, prefix: str) -> MLCEngine:
-    return make_engine(chroma_client=client, collection_prefix=prefix, durable=True)  # each write step on the caller's path
+    return make_engine(durable=True, storage=StorageOptions(client=client, collection_prefix=prefix))  # each write step on the caller's path
 
 
 def _vector_ids(eng: MLCEngine) -> dict[str, set[str]]:
@@ -320,8 +321,7 @@ def test_check_every_write_keeps_every_vector_findable_as_it_is_written() -> Non
 def test_engine_entry_lost_to_its_index_is_a_hit_again_after_the_check(make_engine) -> None:
     """The same provocation through the engine: the entry whose L1 vector is unreachable
     misses a reworded lookup (its own vector) until the store's check pins it."""
-    eng = make_engine(clip_model=None, verifier=None, l1_threshold=0.9999,  # only its own vector is that close
-                      durable=True)  # one insert per update, in order: the geometry that provokes it
+    eng = make_engine(l1_threshold=0.9999, durable=True, image_encoder=None, verifier=None)  # one insert per update, in order: the geometry that provokes it
     x = _cluster()
     for i, v in enumerate(x):
         eng.update(CacheRequest(text=f"question {i}", text_embedding=v.tolist()), {"i": i})
@@ -388,7 +388,7 @@ def test_default_check_is_always_for_stored_caches_only() -> None:
 
 
 def _stored_engine_dir(make_engine: Callable[..., MLCEngine], path: str) -> CacheRequest:
-    eng = make_engine(persist_directory=path, enable_l2=False, warm_start=False, durable=True)
+    eng = make_engine(persist_directory=path, warm_start=False, durable=True, image_encoder=None)
     req = CacheRequest(text="What is the capital of France?", scope="m")
     eng.update(req, "Paris")
     eng.close()
@@ -398,7 +398,7 @@ def _stored_engine_dir(make_engine: Callable[..., MLCEngine], path: str) -> Cach
 def test_warm_start_runs_the_open_check_in_the_background(make_engine, tmp_path: Path) -> None:
     path = str(tmp_path / "c")
     req = _stored_engine_dir(make_engine, path)
-    eng = make_engine(persist_directory=path, enable_l2=False)
+    eng = make_engine(persist_directory=path, image_encoder=None)
     eng._warm.join(60)
     assert eng.stats()["config"]["check_index"] == "always"
     assert eng.store.index_stats()["index_checks"] >= 1  # before any call: not on the first call's path
@@ -426,7 +426,7 @@ def test_a_call_during_the_background_check_waits_for_it(make_engine, tmp_path: 
         return real_repair(*a, **kw)
 
     monkeypatch.setattr(storage, "repair", slow_repair)
-    eng = make_engine(persist_directory=path, enable_l2=False)
+    eng = make_engine(persist_directory=path, image_encoder=None)
     assert checking.wait(30), "warm start did not start the check"
     hits: list[Any] = []
     caller = threading.Thread(target=lambda: hits.append(eng.lookup(req)))

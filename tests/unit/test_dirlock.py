@@ -54,8 +54,8 @@ def test_second_process_gets_a_clear_error_until_the_owner_dies(tmp_path: Path, 
 
 def test_engines_of_one_process_share_the_directory(make_engine, tmp_path: Path) -> None:
     d = tmp_path / "shared"
-    a = make_engine(persist_directory=str(d), enable_l2=False, warm_start=False)
-    b = make_engine(persist_directory=str(d), enable_l2=False, warm_start=False)
+    a = make_engine(persist_directory=str(d), warm_start=False, image_encoder=None)
+    b = make_engine(persist_directory=str(d), warm_start=False, image_encoder=None)
     assert str(d.resolve()) in held_directories()
     a.close()
     assert str(d.resolve()) in held_directories()  # b still holds it

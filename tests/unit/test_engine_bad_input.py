@@ -19,6 +19,7 @@ from mlc_integrations import (
     PayloadError,
 )
 from tests.helpers import jpeg_bytes, pattern, png_bytes
+from mlc_integrations import Limits, StorageOptions
 
 
 def _bomb_png(width: int, height: int) -> bytes:
@@ -52,7 +53,7 @@ BAD_IMAGES = {
 def stored(make_engine):
     """A default (fail-open) engine and a strict one on the same storage, with one entry each."""
     lax = make_engine()
-    strict = make_engine(strict=True, chroma_client=lax.store.client, collection_prefix=lax.store.prefix)
+    strict = make_engine(strict=True, storage=StorageOptions(client=lax.store.client, collection_prefix=lax.store.prefix))
     good = CacheRequest(text="What color is the shape?", images=[GOOD], scope="m")
     lax.update(good, {"answer": "red"})
     return lax, strict, good
@@ -79,17 +80,17 @@ def test_bad_image_typed_error_or_counted_miss(stored, name) -> None:
 
 def test_image_pixel_limit_is_configurable(make_engine) -> None:
     big = Image.new("RGB", (300, 300))
-    eng = make_engine(max_image_pixels=50_000, strict=True)
+    eng = make_engine(strict=True, limits=Limits(max_image_pixels=50_000))
     with pytest.raises(ImageTooLargeError, match="max_image_pixels"):
         eng.lookup(CacheRequest(text="x", images=[png_bytes(big)]))
     with pytest.raises(ImageTooLargeError):
         eng.lookup(CacheRequest(text="x", images=[big]))
-    ok = make_engine(max_image_pixels=100_000, strict=True)
+    ok = make_engine(strict=True, limits=Limits(max_image_pixels=100_000))
     assert ok.lookup(CacheRequest(text="x", images=[png_bytes(big)])) is None
 
 
 def test_image_byte_limit(make_engine) -> None:
-    eng = make_engine(max_image_bytes=100, strict=True)
+    eng = make_engine(strict=True, limits=Limits(max_image_bytes=100))
     with pytest.raises(ImageTooLargeError, match="max_image_bytes"):
         eng.lookup(CacheRequest(text="x", images=[GOOD]))
 
@@ -126,7 +127,7 @@ def test_non_utf8_bytes_prompt(make_engine) -> None:
 
 
 def test_non_json_payload_and_oversized_payload(make_engine) -> None:
-    strict = make_engine(strict=True, max_response_bytes=1000)
+    strict = make_engine(strict=True, limits=Limits(max_response_bytes=1000))
     with pytest.raises(PayloadError):
         strict.update(CacheRequest(text="q"), {"x": object()})
     with pytest.raises(PayloadError):
@@ -156,7 +157,7 @@ def test_wrong_request_type_and_context(make_engine) -> None:
 
 
 def test_corrupt_stored_response_is_a_miss_and_removed(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     r = CacheRequest(text="some question here")
     eid = eng.update(r, "fine")
     eng.flush()  # written (update is write-behind)
@@ -167,7 +168,7 @@ def test_corrupt_stored_response_is_a_miss_and_removed(make_engine) -> None:
 
 def test_orphan_vector_without_response_is_a_miss(make_engine) -> None:
     """What a crash between the response write and the vector write could leave."""
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     eid = eng.update(CacheRequest(text="What is the capital of France?"), "Paris")
     eng.flush()  # written (update is write-behind)
     eng.store.collection("exact").delete(ids=[eid])

@@ -12,6 +12,7 @@ from PIL import Image
 from mlc_integrations import CacheRequest
 from mlc_integrations.models import ClipEmbedder, ClipSpec
 from tests.helpers import pattern, solid
+from mlc_integrations import StorageOptions, WriteOptions
 
 
 def req(text: str, images=(), **kw) -> CacheRequest:
@@ -68,7 +69,7 @@ def test_purge_expired(make_engine) -> None:
 
 def test_lru_eviction_keeps_recently_used(make_engine) -> None:
     clock = FakeClock()
-    eng = make_engine(max_entries=3, enable_l2=False, clock=clock)
+    eng = make_engine(max_entries=3, clock=clock, image_encoder=None)
     for i in range(3):
         eng.update(req(f"unrelated question {i} about topic {i * 7}"), i)
         clock.now += 1
@@ -84,7 +85,7 @@ def test_lru_eviction_keeps_recently_used(make_engine) -> None:
 def test_lru_order_survives_restart(make_engine, tmp_path) -> None:
     d = str(tmp_path / "lru")
     clock = FakeClock()
-    eng = make_engine(persist_directory=d, max_entries=2, enable_l2=False, clock=clock)
+    eng = make_engine(persist_directory=d, max_entries=2, clock=clock, image_encoder=None)
     eng.update(req("first entry here"), 1)
     clock.now += 1
     eng.update(req("second entry here"), 2)
@@ -92,7 +93,7 @@ def test_lru_order_survives_restart(make_engine, tmp_path) -> None:
     eng.lookup(req("first entry here"))
     eng.close()  # flushes last-access times
     clock.now += 1
-    eng2 = make_engine(persist_directory=d, max_entries=2, enable_l2=False, clock=clock)
+    eng2 = make_engine(persist_directory=d, max_entries=2, clock=clock, image_encoder=None)
     eng2.update(req("third entry here"), 3)
     eng2.flush()  # eviction runs after the background write
     assert eng2.lookup(req("second entry here")) is None
@@ -114,7 +115,7 @@ def test_delete_one_entry_from_every_tier(make_engine) -> None:
 
 
 def test_clear_scope_namespace_and_all(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     eng.update(req("q one", scope="a", namespace="t1"), 1)
     eng.update(req("q two", scope="a", namespace="t2"), 2)
     eng.update(req("q three", scope="b", namespace="t1"), 3)
@@ -130,7 +131,7 @@ def test_clear_scope_namespace_and_all(make_engine) -> None:
 
 
 async def test_async_lookup_update_do_not_block_loop(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     ticks = 0
 
     async def ticker() -> None:
@@ -150,7 +151,7 @@ async def test_async_lookup_update_do_not_block_loop(make_engine) -> None:
 
 
 def test_eight_threads_mixed_operations(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     errors: list[BaseException] = []
     per_thread = 25
 
@@ -225,11 +226,11 @@ def test_image_embeddings_memoized_by_pixel_digest(tiny_clip_dir) -> None:
 def test_models_are_shared_between_engines(make_engine) -> None:
     a, b = make_engine(), make_engine()
     assert a.text_embedder is b.text_embedder
-    assert a.clip_embedder is b.clip_embedder is not None
+    assert a.image_tower is b.image_tower is not None
 
 
 def test_store_prompts_false_keeps_no_raw_text(make_engine) -> None:
-    eng = make_engine(store_prompts=False, enable_l2=False)
+    eng = make_engine(image_encoder=None, writes=WriteOptions(store_prompts=False))
     eng.update(req("my secret medical question"), "answer")
     eng.flush()  # written (update is write-behind)
     got = eng.store.collection("exact").get(include=["metadatas", "documents"])
@@ -255,7 +256,7 @@ def test_nan_in_supplied_embedding_is_typed_error(make_engine, bad) -> None:
 def test_hnsw_search_ef_is_set_on_vector_collections(make_engine) -> None:
     """Chroma's default beam (10) misses true neighbours at scale (benchmarks/latency.py
     reports the recall); the engine sets its own, configurable, on every vector tier."""
-    eng = make_engine(hnsw_search_ef=77)
+    eng = make_engine(storage=StorageOptions(hnsw_search_ef=77))
     eng.update(req("What color is the shape?", [pattern(1)]), "red")
     eng.flush()  # the collections are created by the (background) write
     for tier in ("l1", "l2_image", "l2_prompt"):
@@ -263,14 +264,14 @@ def test_hnsw_search_ef_is_set_on_vector_collections(make_engine) -> None:
     assert "hnsw:search_ef" not in (eng.store.collection("exact").metadata or {})
     assert make_engine().store.hnsw_search_ef == 100
     with pytest.raises(ValueError):
-        make_engine(hnsw_search_ef=0)
+        make_engine(storage=StorageOptions(hnsw_search_ef=0))
 
 
 def test_only_served_hits_refresh_lru_access(make_engine) -> None:
     """A candidate the verifier refuses was read, not used: its last access (the LRU
     order) must not move; a served hit's does."""
     clock = FakeClock()
-    eng = make_engine(enable_l2=False, clock=clock)
+    eng = make_engine(clock=clock, image_encoder=None)
     eng.update(req("Is there a cat in the picture?"), "yes")
     eid = eng.key(req("Is there a cat in the picture?")).entry_id
     stored_at = eng.eviction.access[eid]

@@ -8,6 +8,7 @@ import pytest
 
 from mlc_integrations import CacheRequest, ImageRef, MLCEngine, image_digest
 from tests.helpers import jpeg_bytes, pattern, png_bytes, solid
+from mlc_integrations import TierOptions
 
 RED = solid((220, 30, 30))
 BLUE = solid((30, 30, 220))
@@ -19,7 +20,7 @@ def req(text: str, images=(), **kw) -> CacheRequest:
 
 
 def test_exact_hit_normalizes_text_and_ignores_png_encoding(make_engine) -> None:
-    eng = make_engine(enable_l1=False, enable_l2=False)
+    eng = make_engine(image_encoder=None, tiers=TierOptions(l1=False))
     img = pattern(1)
     eng.update(req("What color is the shape?", [img]), {"a": "red"})
     # Same pixels saved with different compression and metadata, text with outer spaces and
@@ -38,7 +39,7 @@ def test_exact_hit_normalizes_text_and_ignores_png_encoding(make_engine) -> None
 
 
 def test_exact_key_uses_pixels_not_file_names(make_engine, tmp_path) -> None:
-    eng = make_engine(enable_l1=False, enable_l2=False)
+    eng = make_engine(image_encoder=None, tiers=TierOptions(l1=False))
     a, b = tmp_path / "a.png", tmp_path / "b.png"
     a.write_bytes(png_bytes(pattern(3)))
     b.write_bytes(png_bytes(pattern(3), compress_level=1))
@@ -51,7 +52,7 @@ def test_exact_key_uses_pixels_not_file_names(make_engine, tmp_path) -> None:
 
 
 def test_l1_paraphrase_same_picture_hits_different_picture_refused(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     eng.update(req("What color is the shape?", [RED]), "red")
     hit = eng.lookup(req("What is the color of the shape?", [png_bytes(RED)]))
     assert hit is not None and hit.tier == "L1"
@@ -62,10 +63,10 @@ def test_l1_paraphrase_same_picture_hits_different_picture_refused(make_engine) 
 
 
 def test_l1_threshold_and_switch_off(make_engine) -> None:
-    strict_t = make_engine(enable_l2=False, l1_threshold=0.999)
+    strict_t = make_engine(l1_threshold=0.999, image_encoder=None)
     strict_t.update(req("What color is the shape?"), "red")
     assert strict_t.lookup(req("What is the color of the shape?")) is None
-    off = make_engine(enable_l1=False, enable_l2=False)
+    off = make_engine(image_encoder=None, tiers=TierOptions(l1=False))
     off.update(req("What color is the shape?"), "red")
     assert off.lookup(req("What is the color of the shape?")) is None
     assert off.stats()["tiers"]["L1"]["skipped"] == 1
@@ -74,7 +75,7 @@ def test_l1_threshold_and_switch_off(make_engine) -> None:
 def test_l2_requires_both_image_and_prompt(make_engine) -> None:
     # The tiny random CLIP is only plumbing: thresholds are set so that identical
     # pictures pass and the test controls the prompt side.
-    eng = make_engine(enable_exact=False, enable_l1=False, l2_image_threshold=0.999, l2_prompt_threshold=0.9)
+    eng = make_engine(l2_image_threshold=0.999, l2_prompt_threshold=0.9, tiers=TierOptions(exact=False, l1=False))
     img = pattern(5)
     eng.update(req("What color is the shape?", [img]), "red")
     hit = eng.lookup(req("What is the color of the shape?", [img]))
@@ -87,7 +88,7 @@ def test_l2_requires_both_image_and_prompt(make_engine) -> None:
 
 
 def test_l2_several_images_each_must_match(make_engine) -> None:
-    eng = make_engine(enable_exact=False, enable_l1=False, l2_image_threshold=0.999, l2_prompt_threshold=0.9)
+    eng = make_engine(l2_image_threshold=0.999, l2_prompt_threshold=0.9, tiers=TierOptions(exact=False, l1=False))
     a, b, c = pattern(7), pattern(8), pattern(9)
     eng.update(req("Are these the same?", [a, b]), "no")
     assert eng.lookup(req("Are these the same?", [a, b])).tier == "L2"
@@ -96,7 +97,7 @@ def test_l2_several_images_each_must_match(make_engine) -> None:
 
 
 def test_l2_off_when_clip_cannot_load_keeps_serving(make_engine, tmp_path, caplog) -> None:
-    eng = make_engine(clip_model=str(tmp_path / "missing-clip-dir"))
+    eng = make_engine(image_encoder=str(tmp_path / "missing-clip-dir"))
     eng.update(req("What color is the shape?", [RED]), "red")
     assert eng.lookup(req("What is the color of the shape?", [RED])).tier == "L1"
     assert eng.stats()["config"]["tiers"]["L2"].startswith("off")
@@ -127,7 +128,7 @@ def test_scope_and_namespace_isolation(make_engine, field, other) -> None:
 
 
 def test_neighbour_from_other_scope_never_hides_a_hit(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     # Many near-identical entries in other scopes, one valid entry in ours.
     for i in range(40):
         eng.update(req("What color is the shape?", scope=f"other-{i}"), f"wrong-{i}")
@@ -159,14 +160,14 @@ def test_context_is_compared_exactly(make_engine) -> None:
     ("What is the shape？", "What is the shape?"),  # full-width: NFKC would fold it, NFC does not
 ])
 def test_exact_tier_is_exact_case_and_inner_spacing_are_not_folded(make_engine, stored: str, asked: str) -> None:
-    eng = make_engine(enable_l1=False, enable_l2=False)
+    eng = make_engine(image_encoder=None, tiers=TierOptions(l1=False))
     eng.update(req(stored), "stored answer")
     assert eng.lookup(req(asked)) is None
     assert eng.lookup(req(stored)).tier == "L0.5"
 
 
 def test_exact_tier_folds_only_unicode_composition_and_outer_whitespace(make_engine) -> None:
-    eng = make_engine(enable_l1=False, enable_l2=False)
+    eng = make_engine(image_encoder=None, tiers=TierOptions(l1=False))
     composed = "Qu'est-ce qu'un caf\u00e9 ?"
     eng.update(req(composed), "a coffee")
     assert eng.lookup(req("Qu'est-ce qu'un cafe\u0301 ?")).tier == "L0.5"  # e + combining accent: NFC-equal
@@ -186,7 +187,7 @@ def test_remote_url_keyed_by_string_not_fetched(make_engine) -> None:
 
 def test_jpeg_reencode_is_not_an_exact_match(make_engine) -> None:
     """JPEG changes pixels: exact tier refuses; L2 is where near-duplicates are found."""
-    eng = make_engine(enable_l1=False, enable_l2=False)
+    eng = make_engine(image_encoder=None, tiers=TierOptions(l1=False))
     img = pattern(10, (128, 128))
     eng.update(req("describe", [img]), "x")
     assert eng.lookup(req("describe", [jpeg_bytes(img, 75)])) is None
@@ -194,9 +195,9 @@ def test_jpeg_reencode_is_not_an_exact_match(make_engine) -> None:
 
 def test_invalid_thresholds_rejected() -> None:
     with pytest.raises(ValueError):
-        MLCEngine(l1_threshold=1.5, clip_model=None)
+        MLCEngine(l1_threshold=1.5, image_encoder=None)
     with pytest.raises(ValueError):
-        MLCEngine(l2_prompt_encoder="bogus", clip_model=None)
+        MLCEngine(image_encoder=None, tiers=TierOptions(l2_prompt_encoder="bogus"))
 
 
 def test_hit_found_when_other_scopes_saturate_the_neighbourhood(make_engine) -> None:
@@ -204,7 +205,7 @@ def test_hit_found_when_other_scopes_saturate_the_neighbourhood(make_engine) -> 
     the search falls back to a query filtered on the partition inside Chroma."""
     import numpy as np
 
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     rng = np.random.default_rng(0)
     base = rng.normal(size=384)
     base /= np.linalg.norm(base)

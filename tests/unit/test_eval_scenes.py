@@ -172,7 +172,7 @@ def test_streams_are_deterministic_and_truthful() -> None:
 @pytest.mark.parametrize("workload", ["scenes", "scenes-edit"])
 def test_quick_scene_sweep_end_to_end(workload: str, tmp_path: Path, text_embedder: Any,
                                       capsys: pytest.CaptureFixture[str]) -> None:
-    from mlc_integrations.cli import main
+    from evaluation.cli import main
 
     out = tmp_path / "report"
     assert main(["sweep", "--workload", workload, "--quick", "--latency-ms", "0", "--out", str(out)]) == 0
@@ -213,7 +213,7 @@ def test_scenes_clip_is_small_reproducible_and_loads_through_the_engine(tmp_path
     assert digest[0] == digest[1] and a["final_loss"] == b["final_loss"]
     # The packaged model: a drifted frame of a scene is an L2 hit, the scene after a recolour is not.
     s = generate_scene("test", 1)
-    eng = MLCEngine(clip_model=str(MODEL_DIR))
+    eng = MLCEngine(image_encoder=str(MODEL_DIR))
     eng.update(CacheRequest(text="what color is the square?", images=[render(s, Camera(noise_seed=1))]), {"text": "x"})
     drift = render(s, Camera.drifted(np.random.default_rng(1), Camera(noise_seed=1)))
     hit = eng.lookup(CacheRequest(text="what color is the square?", images=[drift]))
@@ -230,8 +230,8 @@ def test_diagnosis_lists_each_wrong_hit_and_each_unserved_reusable_request(text_
     from evaluation.scene_experiments import scenes_clip
 
     wl = edit_stream(n_scenes=1, seed=0)
-    rows = diagnose(wl, mlc_cache(clip_model=scenes_clip()))
-    run = run_workload(wl, mlc_cache(clip_model=scenes_clip()), GroundTruthOracle(latency_s=0.0), config="MLC defaults")
+    rows = diagnose(wl, mlc_cache(image_encoder=scenes_clip()))
+    run = run_workload(wl, mlc_cache(image_encoder=scenes_clip()), GroundTruthOracle(latency_s=0.0), config="MLC defaults")
     assert [r["outcome"] for r in rows] == run.outcomes  # the same decisions as the sweep's runner
     assert all(r["tier"] in ("L0.5", "L1", "L2") for r in rows if r["outcome"] != "miss")
     md = markdown(wl, "defaults", rows)

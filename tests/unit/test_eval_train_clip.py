@@ -15,6 +15,7 @@ from mlc_integrations import MLCEngine  # noqa: E402
 from mlc_integrations.models import NAMED_CLIP_MODELS  # noqa: E402
 from mlc_integrations.request import CacheRequest  # noqa: E402
 from tests.helpers import jpeg_bytes  # noqa: E402
+from mlc_integrations import TierOptions
 
 
 def test_packaged_checkpoint_is_small_and_loads_by_name(text_embedder: Any) -> None:
@@ -27,7 +28,7 @@ def test_packaged_checkpoint_is_small_and_loads_by_name(text_embedder: Any) -> N
     weights = d / "open_clip_model.safetensors"
     assert weights.stat().st_size < 8_000_000
     assert json.loads((d / "open_clip_config.json").read_text())["model_cfg"] == MODEL_CFG
-    eng = MLCEngine(clip_model="mlc-easyvqa-tiny")
+    eng = MLCEngine(image_encoder="mlc-easyvqa-tiny")
     test = load_split("test")
     red = next(i for i in test if i.color == "red")
     blue = next(i for i in test if i.color == "blue")
@@ -47,5 +48,5 @@ def test_training_is_deterministic(tmp_path: Path) -> None:
     digest = [hashlib.sha256((tmp_path / x / "open_clip_model.safetensors").read_bytes()).hexdigest() for x in "ab"]
     assert digest[0] == digest[1]
     assert a["final_loss"] == b["final_loss"] and a["checkpoint_bytes"] < 8_000_000
-    eng = MLCEngine(clip_model=str(tmp_path / "a"), enable_l1=False)
-    assert eng.clip_embedder is not None
+    eng = MLCEngine(image_encoder=str(tmp_path / "a"), tiers=TierOptions(l1=False))
+    assert eng.image_tower is not None

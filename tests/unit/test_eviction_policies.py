@@ -6,6 +6,7 @@ import pytest
 
 from mlc_integrations import CacheRequest
 from mlc_integrations.eviction import EVICTION_POLICIES, AccessLog, EntryAge
+from mlc_integrations import StorageOptions
 
 
 class Clock:
@@ -29,7 +30,7 @@ QUESTIONS = ["how tall is the eiffel tower", "who painted the mona lisa", "what 
 ])
 def test_policy_decides_which_entry_leaves(make_engine, policy: str, survivor: int, evicted: int) -> None:
     clock = Clock()
-    eng = make_engine(max_entries=3, eviction_policy=policy, enable_l2=False, clock=clock)
+    eng = make_engine(max_entries=3, clock=clock, image_encoder=None, storage=StorageOptions(eviction_policy=policy))
     for i, q in enumerate(QUESTIONS):
         eng.update(req(q), i)
         clock.now += 1
@@ -44,7 +45,7 @@ def test_policy_decides_which_entry_leaves(make_engine, policy: str, survivor: i
 
 def test_unknown_policy_is_refused_with_the_choices(make_engine) -> None:
     with pytest.raises(ValueError, match="fifo"):
-        make_engine(eviction_policy="random")
+        make_engine(storage=StorageOptions(eviction_policy="random"))
 
 
 def test_policy_ranks_by_its_own_clock() -> None:
@@ -54,7 +55,7 @@ def test_policy_ranks_by_its_own_clock() -> None:
 
 
 def test_deleted_entries_leave_the_access_log(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     eid = eng.update(req(QUESTIONS[0]), 0)
     assert eng.eviction.access.get(eid) is not None
     eng.delete(eid)

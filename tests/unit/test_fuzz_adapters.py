@@ -67,6 +67,7 @@ from llama_index.core.llms.callbacks import llm_completion_callback  # noqa: E40
 
 from mlc_integrations.langchain import MultimodalSemanticCache  # noqa: E402
 from mlc_integrations.llamaindex import CachedMultiModalLLM  # noqa: E402
+from mlc_integrations import Limits
 
 CI_EXAMPLES = 25  # per property; each example is several lookups/updates with real models
 SOAK_EXAMPLES = 1_500
@@ -219,8 +220,7 @@ class Ledger:
 @pytest.fixture(scope="module")
 def engine(text_embedder: Any, tiny_clip_dir: Path) -> Iterator[MLCEngine]:
     # The tests' CLIP has random weights (different pictures ~0.97-0.99): see test_isolation.
-    eng = MLCEngine(clip_model=str(tiny_clip_dir), max_image_pixels=MAX_PIXELS, l2_image_threshold=0.995,
-                    l2_prompt_threshold=0.9)
+    eng = MLCEngine(l2_image_threshold=0.995, l2_prompt_threshold=0.9, image_encoder=str(tiny_clip_dir), limits=Limits(max_image_pixels=MAX_PIXELS))
     yield eng
     eng.close()
 

@@ -38,6 +38,7 @@ from PIL import Image
 from mlc_integrations import CacheRequest, ImageRef, MLCEngine, MLCError
 from mlc_integrations.images import decode_image
 from tests.helpers import jpeg_bytes, pattern, png_bytes
+from mlc_integrations import Limits, StorageOptions
 
 CI_EXAMPLES = 150
 SOAK_EXAMPLES = 3_000
@@ -256,8 +257,7 @@ class Recorder:
 
 @pytest.fixture(scope="module")
 def fuzz_engine(text_embedder: Any, tiny_clip_dir: Path) -> Iterator[Recorder]:
-    eng = MLCEngine(clip_model=str(tiny_clip_dir), max_image_pixels=MAX_PIXELS, max_image_bytes=MAX_BYTES,
-                    l2_image_threshold=0.995, l2_prompt_threshold=0.9)  # random-weight CLIP: see test_isolation
+    eng = MLCEngine(l2_image_threshold=0.995, l2_prompt_threshold=0.9, image_encoder=str(tiny_clip_dir), limits=Limits(max_image_pixels=MAX_PIXELS, max_image_bytes=MAX_BYTES))  # random-weight CLIP: see test_isolation
     rec = Recorder(eng)
     # Seed entries that the mutated probes are near to, so hits (and near misses) happen.
     for ctx in ([], [{"role": "user", "content": "Look at this."}, {"role": "assistant", "content": "I see a shape."}]):
@@ -294,9 +294,7 @@ def test_fail_open_soak(fuzz_engine: Recorder, store: CacheRequest, probe: Cache
 
 @pytest.fixture(scope="module")
 def strict_engine(fuzz_engine: Recorder, tiny_clip_dir: Path) -> MLCEngine:
-    return MLCEngine(clip_model=str(tiny_clip_dir), max_image_pixels=MAX_PIXELS, max_image_bytes=MAX_BYTES,
-                     strict=True, chroma_client=fuzz_engine.engine.store.client,
-                     collection_prefix=fuzz_engine.engine.store.prefix)
+    return MLCEngine(strict=True, image_encoder=str(tiny_clip_dir), storage=StorageOptions(client=fuzz_engine.engine.store.client, collection_prefix=fuzz_engine.engine.store.prefix), limits=Limits(max_image_pixels=MAX_PIXELS, max_image_bytes=MAX_BYTES))
 
 
 @CI

@@ -20,6 +20,7 @@ import pytest
 
 from mlc_integrations import CacheRequest, MLCEngine
 from tests.helpers import pattern, png_bytes
+from mlc_integrations import WriteOptions
 
 N_TENANTS = 8
 SCOPES = ["model-a;t=0", "model-a;t=0.7", "model-b;t=0", "model-c;max_tokens=64"]
@@ -95,7 +96,7 @@ def test_randomized_tenants_and_scopes_never_cross(make_engine: Any) -> None:
 
 
 def test_clear_of_one_tenant_leaves_the_others(make_engine: Any) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     q = _questions()[0]
     for t in range(4):
         eng.update(_request(q, t, SCOPES[0]), {"tenant": t})
@@ -122,7 +123,7 @@ def _needles() -> list[bytes]:
 @pytest.mark.parametrize("store_prompts", [False, True])
 def test_store_prompts_false_writes_no_prompt_text_to_disk(make_engine: Any, tmp_path: Path, store_prompts: bool) -> None:
     d = tmp_path / "cache"
-    eng = make_engine(persist_directory=str(d), store_prompts=store_prompts)
+    eng = make_engine(persist_directory=str(d), writes=WriteOptions(store_prompts=store_prompts))
     req = CacheRequest(text=SECRET_PROMPT, images=[pattern(30)], scope="m",
                        context=[{"role": "user", "content": SECRET_CONTEXT}, {"role": "assistant", "content": "ok"}])
     assert eng.update(req, {"answer": "see a doctor"}) is not None

@@ -9,6 +9,7 @@ import pytest
 from mlc_integrations import CacheRequest, MLCEngine
 from mlc_integrations._lru import LRU
 from mlc_integrations.keys import Keyer, scope_digest
+from mlc_integrations import TierOptions
 
 
 def keyer(**kw: int) -> Keyer:
@@ -49,7 +50,7 @@ def test_equal_content_with_another_supplied_embedding_gets_its_own_features() -
 
 
 def test_scope_and_namespace_share_one_digest_rule() -> None:
-    eng = MLCEngine(enable_l2=False, verifier="off", l1_threshold=0.95, enable_l1=False)
+    eng = MLCEngine(l1_threshold=0.95, image_encoder=None, tiers=TierOptions(l1=False), verifier="off")
     kr = eng.key(CacheRequest(text="q", scope="gpt-4o|t=0", namespace="tenant-a"))
     assert kr.scope_key == scope_digest("gpt-4o|t=0") and kr.namespace == scope_digest("tenant-a")
 

@@ -480,7 +480,7 @@ def test_unserializable_generation_is_not_cached(cache: MultimodalSemanticCache,
     bad = [Generation(text="x", generation_info={"handle": object()})]
     cache.update("Plain prompt", LLM_STRING, bad)
     assert cache.lookup("Plain prompt", LLM_STRING) is None
-    assert cache.stats()["langchain"]["updates_skipped"] == 1 and cache.engine.count() == 0
+    assert cache.stats()["adapter"]["updates_skipped"] == 1 and cache.engine.count() == 0
     strict = MultimodalSemanticCache(make_engine(strict=True))
     with pytest.raises(PayloadError):
         strict.update("Plain prompt", LLM_STRING, bad)
@@ -490,7 +490,7 @@ def test_unreadable_entry_is_a_miss_and_removed(cache: MultimodalSemanticCache) 
     req, _ = cache.request("Plain prompt", LLM_STRING)
     cache.engine.update(req, {"something": "else"})  # written by another program
     assert cache.lookup("Plain prompt", LLM_STRING) is None
-    assert cache.stats()["langchain"]["unreadable_entries"] == 1 and cache.engine.count() == 0
+    assert cache.stats()["adapter"]["unreadable_entries"] == 1 and cache.engine.count() == 0
 
 
 def test_unreadable_entry_in_strict_mode_is_removed_then_raises(make_engine: Callable[..., MLCEngine]) -> None:
@@ -516,7 +516,7 @@ def test_plain_llm_round_trip(global_cache: MultimodalSemanticCache) -> None:
         llm.invoke("Capital of France?")
     llm_string = seen.records[0].llm_string  # what LangChain passed for this LLM
     assert global_cache.lookup("Capital of France?", llm_string) == [Generation(text="Paris")]
-    assert global_cache.stats()["langchain"]["text_prompts"] >= 4
+    assert global_cache.stats()["adapter"]["text_prompts"] >= 4
 
 
 def test_plain_llm_async(cache: MultimodalSemanticCache) -> None:
@@ -568,7 +568,7 @@ def test_corrupt_image_fails_open_model_answers_miss_counted(global_cache: Multi
     stats = global_cache.stats()
     assert stats["misses"] == 2 and stats["hits"] == 0 and stats["entries"] == 0
     assert stats["errors"].get("lookup:ImageDecodeError") == 2
-    assert stats["langchain"]["misses"] == 2
+    assert stats["adapter"]["misses"] == 2
     assert any("invalid base64" in r.getMessage() for r in caplog.records)
     # a truncated PNG with valid base64 is handled the same way
     broken = [HumanMessage(content=[{"type": "text", "text": "Hi"},
@@ -592,7 +592,7 @@ def test_strict_mode_raises_typed_error_naming_the_block(make_engine: Callable[.
     with pytest.raises(InvalidRequestError, match=r"not an image/\* type"):
         model.invoke([HumanMessage(content=[{"type": "image", "base64": b64(b"%PDF-1.4"), "mime_type": "application/pdf"}])])
     assert model.calls == 0
-    assert cache.stats()["langchain"]["bad_input"] == 4
+    assert cache.stats()["adapter"]["bad_input"] == 4
 
 
 def test_strict_mode_rejects_a_corrupt_serialized_message_list(make_engine: Callable[..., MLCEngine]) -> None:
@@ -672,10 +672,10 @@ def test_engine_and_engine_options_are_exclusive(make_engine: Callable[..., MLCE
 
 def test_persistent_cache_survives_reopen(tmp_path: Any, tiny_clip_dir: Any) -> None:
     path = str(tmp_path / "cache")
-    first = MultimodalSemanticCache(persist_directory=path, clip_model=str(tiny_clip_dir))
+    first = MultimodalSemanticCache(persist_directory=path, image_encoder=str(tiny_clip_dir))
     CountingChatModel(cache=first).invoke(ask("What color is the shape?", RED_PNG))
     first.close()
-    reopened = MultimodalSemanticCache(persist_directory=path, clip_model=str(tiny_clip_dir))
+    reopened = MultimodalSemanticCache(persist_directory=path, image_encoder=str(tiny_clip_dir))
     model = CountingChatModel(cache=reopened)
     assert model.invoke(ask("What color is the shape?", resaved(RED_PNG))).content == "answer-1"
     assert model.calls == 0

@@ -72,7 +72,7 @@ def inner() -> FakeToolChatModel:
 
 @pytest.fixture
 def cache(make_engine: Callable[..., MLCEngine]) -> MultimodalSemanticCache:
-    return MultimodalSemanticCache(make_engine(enable_l2=False))
+    return MultimodalSemanticCache(make_engine(image_encoder=None))
 
 
 @pytest.fixture
@@ -110,7 +110,7 @@ async def test_every_call_style_misses_then_hits_exact_and_paraphrase(style: str
     assert len(inner.calls) == 1 and para.content == first.content and model.last_hit.tier == "L1"
     other, _ = await call(model, style, ask("How many corners does it have?"))
     assert len(inner.calls) == 2 and other.content.startswith("Answer 2") and model.last_hit is None
-    st = model.stats()["chat_model"]
+    st = model.stats()["adapter"]
     assert (st["hits"], st["misses"], st["lookups"]) == (2, 2, 4)
 
 
@@ -175,7 +175,7 @@ def test_abandoned_stream_stores_nothing(model: CachedChatModel, inner: FakeTool
     next(stream)
     next(stream)
     stream.close()  # the caller stopped reading
-    assert model.engine.count() == 0 and model.stats()["chat_model"]["streams_unfinished"] == 1
+    assert model.engine.count() == 0 and model.stats()["adapter"]["streams_unfinished"] == 1
     model.invoke(ask(QUESTION))
     assert len(inner.calls) == 2 and model.engine.count() == 1
 
@@ -186,7 +186,7 @@ async def test_failed_stream_raises_and_stores_nothing(style: str, cache: Multim
     model = CachedChatModel(inner, cache=cache)
     with pytest.raises(StreamBroke):
         await call(model, style, ask(QUESTION))
-    assert model.engine.count() == 0 and model.stats()["chat_model"]["streams_unfinished"] == 1
+    assert model.engine.count() == 0 and model.stats()["adapter"]["streams_unfinished"] == 1
     with pytest.raises(StreamBroke):  # nothing half-finished is replayed: the model is asked again
         await call(model, style, ask(QUESTION))
     assert inner.calls == ["stream", "stream"]
@@ -196,7 +196,7 @@ async def test_async_abandoned_stream_stores_nothing(model: CachedChatModel) -> 
     stream = model.astream(ask(QUESTION))
     await stream.__anext__()
     await stream.aclose()
-    assert model.engine.count() == 0 and model.stats()["chat_model"]["streams_unfinished"] == 1
+    assert model.engine.count() == 0 and model.stats()["adapter"]["streams_unfinished"] == 1
 
 
 # ---------------------------------------------------------------------------- tools, structured output
@@ -263,7 +263,7 @@ def test_stats_are_per_scope_and_namespace(model: CachedChatModel) -> None:
     model.invoke(ask(QUESTION))
     model.invoke(ask(QUESTION))
     model.bind_tools([catalog_price]).invoke(ask("What is the price?"))
-    by_scope = model.stats()["chat_model"]["by_scope"]
+    by_scope = model.stats()["adapter"]["by_scope"]
     assert len(by_scope) == 2
     plain = next(v for k, v in by_scope.items() if "catalog_price" not in k)
     with_tools = next(v for k, v in by_scope.items() if "catalog_price" in k)
@@ -280,10 +280,10 @@ def test_a_keying_fault_never_breaks_the_call(model: CachedChatModel, inner: Fak
     monkeypatch.setattr(model.semantic_cache, "request", broken)
     assert model.invoke(ask(QUESTION)).content.startswith("Answer 1")
     assert "".join(c.content for c in model.stream(ask(QUESTION))).startswith("Answer 2")
-    st = model.stats()["chat_model"]
+    st = model.stats()["adapter"]
     assert st["bypassed"] == 2 and st["misses"] == 2 and model.engine.count() == 0
     assert model.last_lookup.kind == "invalid" and "could not be keyed" in model.last_lookup.reason
-    strict = CachedChatModel(FakeToolChatModel(), cache=make_engine(enable_l2=False, strict=True))
+    strict = CachedChatModel(FakeToolChatModel(), make_engine(strict=True, image_encoder=None))
     monkeypatch.setattr(strict.semantic_cache, "request", broken)
     with pytest.raises(InvalidRequestError, match="parser bug"):
         strict.invoke(ask(QUESTION))
@@ -300,7 +300,7 @@ def test_unstorable_reply_is_returned_not_stored(model: CachedChatModel, inner: 
 
     monkeypatch.setattr(FakeToolChatModel, "_generate", with_handle)
     assert model.invoke(ask(QUESTION)).content.startswith("Answer 1")
-    assert model.engine.count() == 0 and model.stats()["chat_model"]["unstorable_responses"] == 1
+    assert model.engine.count() == 0 and model.stats()["adapter"]["unstorable_responses"] == 1
 
 
 def test_unreadable_entry_is_removed_and_the_call_goes_on(model: CachedChatModel, inner: FakeToolChatModel) -> None:
@@ -309,7 +309,7 @@ def test_unreadable_entry_is_removed_and_the_call_goes_on(model: CachedChatModel
     req, _ = model.semantic_cache.request(*_prompt_and_scope(inner, ask(QUESTION)))
     model.engine.update(req, {"something": "else"})  # another program's entry under this key
     assert model.invoke(ask(QUESTION)).content.startswith("Answer 2") and entry.hit is None
-    assert "unreadable" in model.last_lookup.reason and model.stats()["chat_model"]["unreadable_entries"] == 1
+    assert "unreadable" in model.last_lookup.reason and model.stats()["adapter"]["unreadable_entries"] == 1
     assert model.invoke(ask(QUESTION)).content.startswith("Answer 2")  # the new reply was stored in its place
 
 
@@ -321,17 +321,17 @@ def _prompt_and_scope(inner: FakeToolChatModel, messages: list[BaseMessage]) -> 
 
 # ---------------------------------------------------------------------------- construction
 def test_constructor_forms(inner: FakeToolChatModel, make_engine: Callable[..., MLCEngine], tmp_path: Any) -> None:
-    engine = make_engine(enable_l2=False)
-    shared = CachedChatModel(inner, cache=engine, namespace="tenant-a", tags=["cached"])
+    engine = make_engine(image_encoder=None)
+    shared = CachedChatModel(inner, engine, namespace="tenant-a", tags=["cached"])
     assert shared.engine is engine and shared.semantic_cache.namespace == "tenant-a" and shared.tags == ["cached"]
     assert shared.cache is False  # LangChain's own BaseCache path is off: the wrapper caches every route
-    own = CachedChatModel(inner, persist_directory=None, enable_l2=False)
+    own = CachedChatModel(inner, persist_directory=None, image_encoder=None)
     assert own.engine.storage_mode == "ephemeral"
     own.close()
     with pytest.raises(TypeError, match="uses that cache"):
         CachedChatModel(inner, cache=MultimodalSemanticCache(engine), l1_threshold=0.9)
-    with pytest.raises(TypeError, match="cache must be"):
-        CachedChatModel(inner, cache=True)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="cache= takes the MultimodalSemanticCache"):
+        CachedChatModel(inner, cache=engine)  # type: ignore[arg-type]
     assert shared._get_ls_params()["ls_model_name"] == "fake-tool-model"
     assert isinstance(ChatGeneration(message=shared.invoke(ask(QUESTION))), ChatGeneration)
 
@@ -358,4 +358,4 @@ def test_langgraph_messages_stream_sends_each_token_once_and_replays_from_the_ca
     answer = "Answer 2: the tool said $3.40."
     assert first == ["Answer", " 2:", " the", " tool", " said", " $3.40."] and "".join(first) == answer
     assert run() == first and inner.calls == ["stream", "stream"]  # second run: every token from the cache
-    assert model.stats()["chat_model"]["hits"] == 2
+    assert model.stats()["adapter"]["hits"] == 2

@@ -30,7 +30,7 @@ class TestPersistentCacheSync(SyncCacheTestSuite):
 
     @pytest.fixture
     def cache(self, tmp_path: Any, tiny_clip_dir: Any) -> MultimodalSemanticCache:
-        return MultimodalSemanticCache(persist_directory=str(tmp_path / "cache"), clip_model=str(tiny_clip_dir))
+        return MultimodalSemanticCache(persist_directory=str(tmp_path / "cache"), image_encoder=str(tiny_clip_dir))
 
 
 # ---------------------------------------------------------------------------- the chat-model wrapper
@@ -41,7 +41,7 @@ def _shared_engine() -> MLCEngine:
     """One in-memory engine for every wrapper the suite builds (it builds hundreds in
     ``test_init_time``); nothing here looks anything up."""
     if not _ENGINE:
-        _ENGINE.append(MLCEngine(enable_l2=False, warm_start=False))
+        _ENGINE.append(MLCEngine(warm_start=False, image_encoder=None))
     return _ENGINE[0]
 
 
@@ -60,7 +60,7 @@ class CachedFakeToolChat(CachedChatModel):
 
     def __init__(self, **params: Any) -> None:
         cache = params.pop("cache", None)
-        super().__init__(FakeToolChatModel(**params), cache=cache)
+        super().__init__(FakeToolChatModel(**params), cache)
 
 
 class TestCachedChatModelUnit(ChatModelUnitTests):

@@ -31,6 +31,7 @@ from mlc_integrations import ImageDecodeError, InvalidRequestError, PayloadError
 from mlc_integrations.llamaindex import CachedFunctionCallingLLM, CachedMultiModalLLM, llm_scope
 from tests.helpers import pattern, png_bytes, record_answers
 from tests.unit._fake_llms import BLUE, PARAPHRASE, QUESTION, RED, StreamBroke, VisionEchoLLM, image_doc, user
+from mlc_integrations import TierOptions
 
 MODES = ["chat", "achat", "stream_chat", "astream_chat", "complete", "acomplete", "stream_complete", "astream_complete"]
 
@@ -71,13 +72,13 @@ def inner() -> VisionEchoLLM:
 
 @pytest.fixture
 def cached(make_engine, inner) -> CachedMultiModalLLM:
-    return CachedMultiModalLLM(llm=inner, engine=make_engine(enable_l2=False))
+    return CachedMultiModalLLM(llm=inner, engine=make_engine(image_encoder=None))
 
 
 # ---------------------------------------------------------------------- every endpoint
 @pytest.mark.parametrize("mode", MODES)
 async def test_every_endpoint_same_paraphrase_and_different_image(mode, make_engine, inner) -> None:
-    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(enable_l2=False))
+    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(image_encoder=None))
     first = await ask(llm, mode, QUESTION, RED)
     assert first.startswith("I see red.") and llm.last_hit is None
     assert len(inner.calls) == 1
@@ -94,7 +95,7 @@ async def test_every_endpoint_same_paraphrase_and_different_image(mode, make_eng
     assert other.startswith("I see blue.") and len(inner.calls) == 2
     assert llm.last_hit is None
     st = llm.stats()
-    assert st["hits"] == 2 and st["llamaindex"]["hits"] == 2 and st["llamaindex"]["misses"] == 2
+    assert st["hits"] == 2 and st["adapter"]["hits"] == 2 and st["adapter"]["misses"] == 2
 
 
 async def test_stream_and_non_stream_share_entries(cached, inner) -> None:
@@ -224,7 +225,7 @@ def test_remote_url_keyed_by_string_and_never_fetched(cached, inner) -> None:
 
 def test_l2_sees_the_images(make_engine, inner, tmp_path) -> None:
     # The tiny random CLIP is plumbing only: identical pictures pass 0.999, the prompt side 0.9.
-    eng = make_engine(enable_exact=False, enable_l1=False, l2_image_threshold=0.999, l2_prompt_threshold=0.9)
+    eng = make_engine(l2_image_threshold=0.999, l2_prompt_threshold=0.9, tiers=TierOptions(exact=False, l1=False))
     llm = CachedMultiModalLLM(llm=inner, engine=eng)
     img = pattern(11)
     path = tmp_path / "a.png"
@@ -258,7 +259,7 @@ def test_earlier_messages_and_their_images_are_exact_context(cached, inner) -> N
 
 # ---------------------------------------------------------------------- scope
 def test_scope_is_class_and_settings_without_secrets(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     a = VisionEchoLLM(temperature=0.0, api_key="sk-AAA")
     b = VisionEchoLLM(temperature=0.7)
     c = VisionEchoLLM(temperature=0.0, api_key="sk-BBB")
@@ -277,14 +278,14 @@ def test_scope_is_class_and_settings_without_secrets(make_engine) -> None:
     assert wa.last_hit is None
 
 
-def test_namespaces_isolate_and_clear_cache(make_engine, inner) -> None:
-    eng = make_engine(enable_l2=False)
+def test_namespaces_isolate_and_clear(make_engine, inner) -> None:
+    eng = make_engine(image_encoder=None)
     t1 = CachedMultiModalLLM(llm=inner, engine=eng, namespace="tenant-1")
     t2 = CachedMultiModalLLM(llm=inner, engine=eng, namespace="tenant-2")
     t1.chat(user(QUESTION, RED))
     t2.chat(user(QUESTION, RED))
     assert t2.last_hit is None and len(inner.calls) == 2
-    t1.clear_cache()
+    t1.clear()
     t1.chat(user(QUESTION, RED))
     assert t1.last_hit is None
     t2.chat(user(QUESTION, RED))
@@ -293,20 +294,20 @@ def test_namespaces_isolate_and_clear_cache(make_engine, inner) -> None:
 
 def test_persistent_cache_survives_a_new_wrapper(tmp_path, inner, text_embedder) -> None:
     d = str(tmp_path / "cache")
-    first = CachedMultiModalLLM(llm=inner, persist_directory=d, enable_l2=False)
+    first = CachedMultiModalLLM(llm=inner, persist_directory=d, image_encoder=None)
     first.chat(user(QUESTION, RED))
     first.engine.close()
-    second = CachedMultiModalLLM(llm=VisionEchoLLM(), persist_directory=d, enable_l2=False)
+    second = CachedMultiModalLLM(llm=VisionEchoLLM(), persist_directory=d, image_encoder=None)
     assert second.chat(user(QUESTION, RED)).message.content.startswith("I see red.")
     assert second.last_hit is not None and second.llm.calls == []
     second.engine.close()
 
 
 def test_constructor_engine_options(inner, text_embedder) -> None:
-    llm = CachedMultiModalLLM(llm=inner, l1_threshold=0.9, clip_model=None, strict=True)
+    llm = CachedMultiModalLLM(llm=inner, l1_threshold=0.9, strict=True, image_encoder=None)
     assert llm.engine.l1_threshold == 0.9 and llm.engine.strict and llm.strict
     assert llm.engine.storage_mode == "ephemeral"  # in memory unless persist_directory is given
-    with pytest.raises(ValueError):
+    with pytest.raises(TypeError, match="uses that engine's settings"):
         CachedMultiModalLLM(llm=inner, engine=llm.engine, l1_threshold=0.5)
     with pytest.raises(TypeError):
         CachedMultiModalLLM(llm="gpt-4o")  # type: ignore[arg-type]
@@ -327,7 +328,7 @@ def test_interrupted_stream_stores_nothing(cached, inner, mode) -> None:
     assert first.delta
     gen.close()  # the consumer stops early
     assert cached.engine.count() == 0
-    assert cached.stats()["llamaindex"]["streams_unfinished"] == 1
+    assert cached.stats()["adapter"]["streams_unfinished"] == 1
     full = list(start())
     assert len(inner.calls) == 2 and cached.engine.count() == 1
     list(start())
@@ -374,14 +375,14 @@ def test_broken_image_is_a_counted_miss_and_strict_raises(make_engine) -> None:
 
     blind = BlindLLM()
     broken = [ChatMessage(role="user", blocks=[ImageBlock(image=b"not an image at all"), TextBlock(text=QUESTION)])]
-    llm = CachedMultiModalLLM(llm=blind, engine=make_engine(enable_l2=False))
+    llm = CachedMultiModalLLM(llm=blind, engine=make_engine(image_encoder=None))
     assert llm.chat(broken).message.content == "I cannot see well."
     assert llm.chat(broken).message.content == "I cannot see well."
     assert blind.calls == ["chat", "chat"]  # nothing stored under a key that cannot be made
     st = llm.stats()
     assert st["misses"] == 2 and st["errors"]["lookup:ImageDecodeError"] == 2 and st["entries"] == 0
 
-    strict = CachedMultiModalLLM(llm=BlindLLM(), engine=make_engine(enable_l2=False, strict=True))
+    strict = CachedMultiModalLLM(llm=BlindLLM(), engine=make_engine(strict=True, image_encoder=None))
     with pytest.raises(ImageDecodeError):
         strict.chat(broken)
     assert strict.llm.calls == []
@@ -393,8 +394,8 @@ def test_unkeyable_kwargs_bypass_the_cache(cached, inner, make_engine) -> None:
 
     cached.chat(user(QUESTION, RED), weird=Opaque())
     cached.chat(user(QUESTION, RED), weird=Opaque())
-    assert len(inner.calls) == 2 and cached.stats()["llamaindex"]["bypassed"] == 2
-    strict = CachedMultiModalLLM(llm=VisionEchoLLM(), engine=make_engine(enable_l2=False), strict=True)
+    assert len(inner.calls) == 2 and cached.stats()["adapter"]["bypassed"] == 2
+    strict = CachedMultiModalLLM(llm=VisionEchoLLM(), engine=make_engine(image_encoder=None, strict=True))
     with pytest.raises(InvalidRequestError):
         strict.chat(user(QUESTION, RED), weird=Opaque())
 
@@ -412,14 +413,14 @@ def test_unreadable_entry_is_removed_and_the_call_goes_on(cached, inner) -> None
     cached.engine.update(request, {"kind": "something else"})
     r = cached.chat(msgs)
     assert r.message.content.startswith("I see red.") and inner.calls == ["chat"]
-    assert cached.stats()["llamaindex"]["unreadable_entries"] == 1
+    assert cached.stats()["adapter"]["unreadable_entries"] == 1
     cached.chat(msgs)
     assert cached.last_hit is not None and inner.calls == ["chat"]
 
 
 def test_unreadable_entry_in_strict_mode_is_removed_then_raises(make_engine) -> None:
     """The same policy as the LangChain cache: strict mode says so, after deleting the entry."""
-    strict = CachedMultiModalLLM(llm=VisionEchoLLM(), engine=make_engine(enable_l2=False), strict=True)
+    strict = CachedMultiModalLLM(llm=VisionEchoLLM(), engine=make_engine(image_encoder=None, strict=True))
     msgs = user(QUESTION, RED)
     strict.engine.update(strict._chat_request(msgs, {}), {"kind": "something else"})
     with pytest.raises(PayloadError, match="is unreadable"):
@@ -458,7 +459,7 @@ def test_unstorable_response_is_returned_not_stored(cached) -> None:
     llm = CachedMultiModalLLM(llm=Weird(), engine=cached.engine)
     assert llm.chat(user(QUESTION, RED)).message.content == "ok"
     assert llm.chat(user(QUESTION, RED)).message.content == "ok"
-    assert llm.llm.calls == ["chat", "chat"] and llm.stats()["llamaindex"]["unstorable_responses"] == 2
+    assert llm.llm.calls == ["chat", "chat"] and llm.stats()["adapter"]["unstorable_responses"] == 2
 
 
 # ---------------------------------------------------------------------- drops into LlamaIndex

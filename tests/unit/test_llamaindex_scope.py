@@ -39,7 +39,7 @@ def scope_warnings(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
 def test_a_public_counter_in_the_inner_llm_is_named_once(make_engine: Callable[..., MLCEngine],
                                                          caplog: pytest.LogCaptureFixture) -> None:
     inner = CountingFieldLLM()
-    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(enable_l2=False))
+    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(image_encoder=None))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         for _ in range(4):
             llm.chat(user(QUESTION, RED))
@@ -50,7 +50,7 @@ def test_a_public_counter_in_the_inner_llm_is_named_once(make_engine: Callable[.
     assert "requests_served" in message and "CountingFieldLLM" in message and "PrivateAttr" in message
     assert "temperature" not in message  # only the fields that changed
 
-    other = CachedMultiModalLLM(llm=CountingFieldLLM(), engine=make_engine(enable_l2=False))
+    other = CachedMultiModalLLM(llm=CountingFieldLLM(), engine=make_engine(image_encoder=None))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         other.chat(user(QUESTION, RED))
         other.chat(user(QUESTION, RED))
@@ -60,7 +60,7 @@ def test_a_public_counter_in_the_inner_llm_is_named_once(make_engine: Callable[.
 def test_an_intended_setting_change_is_named_and_a_stable_llm_is_silent(make_engine: Callable[..., MLCEngine],
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     inner = VisionEchoLLM()
-    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(enable_l2=False))
+    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(image_encoder=None))
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         llm.chat(user(QUESTION, RED))
         llm.chat(user(QUESTION, RED))
@@ -75,7 +75,7 @@ def test_an_intended_setting_change_is_named_and_a_stable_llm_is_silent(make_eng
 
 @pytest.fixture
 def strict(make_engine: Callable[..., MLCEngine]) -> CachedMultiModalLLM:
-    return CachedMultiModalLLM(llm=VisionEchoLLM(), engine=make_engine(enable_l2=False, strict=True))
+    return CachedMultiModalLLM(llm=VisionEchoLLM(), engine=make_engine(strict=True, image_encoder=None))
 
 
 def test_strict_errors_name_the_message_and_block(strict: CachedMultiModalLLM) -> None:
@@ -106,7 +106,7 @@ def test_strict_errors_name_the_argument_and_the_message_fields(strict: CachedMu
 
 
 def test_fail_open_still_answers_and_says_why_it_missed(make_engine: Callable[..., MLCEngine]) -> None:
-    llm = CachedMultiModalLLM(llm=MockLLM(), engine=make_engine(enable_l2=False))  # echoes, never opens pictures
+    llm = CachedMultiModalLLM(llm=MockLLM(), engine=make_engine(image_encoder=None))  # echoes, never opens pictures
     broken = ChatMessage(role="user", blocks=[TextBlock(text=QUESTION), ImageBlock(image=b"not an image at all")])
     assert llm.chat([broken]).message.content
     st = llm.stats()

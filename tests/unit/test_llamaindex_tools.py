@@ -164,7 +164,7 @@ def fc_inner() -> ToolVisionLLM:
 
 @pytest.fixture
 def fc_cached(make_engine, fc_inner) -> CachedMultiModalLLM:
-    return CachedMultiModalLLM(llm=fc_inner, engine=make_engine(enable_l2=False))
+    return CachedMultiModalLLM(llm=fc_inner, engine=make_engine(image_encoder=None))
 
 
 def test_function_calling_inner_gives_function_calling_wrapper(fc_cached, fc_inner) -> None:
@@ -245,7 +245,7 @@ def test_structured_predict_with_a_picture(fc_cached, fc_inner) -> None:
 @pytest.mark.parametrize("streaming", [False, True])
 async def test_function_agent_second_run_makes_no_inner_call(make_engine, streaming) -> None:
     inner = ToolVisionLLM()
-    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(enable_l2=False))
+    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(image_encoder=None))
     agent = FunctionAgent(tools=[multiply, add], llm=llm, streaming=streaming,
                           system_prompt="You are a calculator.")
     first = await agent.run(user_msg="What is 6 times 7?")
@@ -255,12 +255,12 @@ async def test_function_agent_second_run_makes_no_inner_call(make_engine, stream
     second = await agent.run(user_msg="What is 6 times 7?")
     assert str(second) == str(first)
     assert len(inner.calls) == calls_first_run, "the second run was served entirely from the cache"
-    assert llm.stats()["llamaindex"]["hits"] == 2
+    assert llm.stats()["adapter"]["hits"] == 2
 
 
 async def test_function_agent_with_a_picture(make_engine) -> None:
     inner = ToolVisionLLM()
-    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(enable_l2=False))
+    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(image_encoder=None))
     agent = FunctionAgent(tools=[colour_of_picture], llm=llm, streaming=False)
     msg = user(QUESTION, RED)[0]
     first = await agent.run(user_msg=msg)
@@ -287,7 +287,7 @@ async def test_react_agent_second_run_makes_no_inner_call(make_engine) -> None:
             return ChatResponse(message=ChatMessage(role="assistant", content=reply))
 
     inner = ReActScript()
-    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(enable_l2=False))
+    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(image_encoder=None))
     agent = ReActAgent(tools=[multiply], llm=llm, streaming=False)
     first = await agent.run(user_msg="What is 6 times 7?")
     assert "42" in str(first)
@@ -328,7 +328,7 @@ def _llm_events(handler: Collect, *kinds: type) -> list[BaseEvent]:
 async def test_instrumentation_events_fire_for_cached_calls(make_engine, instrumentation) -> None:
     handler, spans = instrumentation
     inner = VisionEchoLLM()
-    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(enable_l2=False))
+    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(image_encoder=None))
     llm.chat(user(QUESTION, RED))
     miss_events = _llm_events(handler, LLMChatStartEvent, LLMChatEndEvent)
     assert len(miss_events) == 4  # the wrapper's start/end around the inner model's start/end
@@ -356,7 +356,7 @@ async def test_instrumentation_events_fire_for_cached_calls(make_engine, instrum
 def test_callback_manager_events_fire_for_cached_calls(make_engine) -> None:
     debug = LlamaDebugHandler()
     inner = VisionEchoLLM()
-    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(enable_l2=False),
+    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(image_encoder=None),
                               callback_manager=CallbackManager([debug]))
     llm.chat(user(QUESTION, RED))
     llm.chat(user(QUESTION, RED))

@@ -12,7 +12,7 @@ def req(text: str) -> CacheRequest:
 
 
 def test_refused_candidate_is_reported_with_scores_and_reason(make_engine, caplog) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     eng.update(req("Is there a cat in the picture?"), "yes")
     with caplog.at_level(logging.DEBUG, logger="mlc_integrations.engine"):
         trace = eng.lookup_explained(req("Is there no cat in the picture?"))
@@ -27,7 +27,7 @@ def test_refused_candidate_is_reported_with_scores_and_reason(make_engine, caplo
 
 
 def test_hit_and_plain_miss_are_explained_too(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     eng.update(req("What is the capital of France?"), "Paris")
     hit = eng.lookup_explained(req("What is the capital of France?"))
     assert hit.hit is not None and hit.tiers == {"L0.5": "hit"} and hit.explain().startswith("tier=L0.5")

@@ -14,6 +14,7 @@ from mlc_integrations import CacheRequest
 from evaluation import imageops
 from mlc_integrations.images import fingerprint
 from tests.conftest import REPO_DATA
+from mlc_integrations import StorageOptions
 
 
 def photo(name: str) -> Image.Image:
@@ -83,8 +84,7 @@ def test_cache_without_fingerprints_turns_the_prescreen_off(make_engine: Any) ->
     squirrel = photo("squirrel_cls.jpg")
     eng.update(req(squirrel), "a squirrel")
     eng.store.collection("l2_fprint").delete(where={"idx": 0})  # as an older version wrote it
-    again = make_engine(image_encoder="efficientnet-lite0", chroma_client=eng.store.client,
-                        collection_prefix=eng.store.prefix)
+    again = make_engine(image_encoder="efficientnet-lite0", storage=StorageOptions(client=eng.store.client, collection_prefix=eng.store.prefix))
     assert again.lookup(req(imageops.jpeg(squirrel, 70))).tier == "L2"
     assert again.stats()["l2_prescreened"] == 0
 

@@ -19,10 +19,11 @@ from PIL import Image
 
 from mlc_integrations import CacheRequest, ImageDecodeError, ImageTooLargeError, InvalidRequestError, MLCEngine
 from tests.helpers import jpeg_bytes, pattern
+from mlc_integrations import Limits, TierOptions
 
 
 def _engine(**kw: Any) -> MLCEngine:
-    return MLCEngine(enable_l1=False, enable_l2=False, **kw)
+    return MLCEngine(**kw, image_encoder=None, tiers=TierOptions(l1=False))
 
 
 def test_a_request_cannot_be_changed_after_its_lookup() -> None:
@@ -95,7 +96,7 @@ def test_dev_zero_given_as_a_picture_is_refused_without_reading_it() -> None:
 def test_a_file_over_the_byte_limit_is_refused_by_what_is_read(tmp_path: Path) -> None:
     big = tmp_path / "big.jpg"
     big.write_bytes(jpeg_bytes(pattern(3, (256, 256))))
-    e = _engine(strict=True, max_image_bytes=1000)
+    e = _engine(strict=True, limits=Limits(max_image_bytes=1000))
     with pytest.raises(ImageTooLargeError, match="max_image_bytes=1,000"):
         e.lookup(CacheRequest(text="What is this?", images=[big], scope="m"))
 

@@ -19,10 +19,11 @@ from mlc_integrations import CacheRequest, ImageTooLargeError, MLCEngine, Payloa
 from mlc_integrations.images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
 from tests.helpers import png_bytes
 from tests.unit.test_fuzz_engine import bomb_png
+from mlc_integrations import Limits
 
 
 def test_safe_defaults() -> None:
-    eng = MLCEngine(clip_model=None)
+    eng = MLCEngine(image_encoder=None)
     # Bounded, and far below what would exhaust a small server's memory (PIL's own bomb error is at 179 Mpx).
     assert eng.max_image_pixels == DEFAULT_MAX_IMAGE_PIXELS <= 50_000_000
     assert eng.max_image_bytes == DEFAULT_MAX_IMAGE_BYTES <= 32 * 1024 * 1024
@@ -48,7 +49,7 @@ def test_default_engine_refuses_a_decompression_bomb_without_decoding_it(make_en
 @pytest.mark.parametrize("where", ["images", "context"])
 def test_pixel_limit_boundary(make_engine: Any, where: str) -> None:
     limit = 64 * 64
-    strict = make_engine(strict=True, max_image_pixels=limit, enable_l2=False)
+    strict = make_engine(strict=True, image_encoder=None, limits=Limits(max_image_pixels=limit))
 
     def req(img: Image.Image) -> CacheRequest:
         if where == "images":
@@ -58,16 +59,16 @@ def test_pixel_limit_boundary(make_engine: Any, where: str) -> None:
     assert strict.update(req(Image.new("RGB", (64, 64))), "at the limit") is not None
     with pytest.raises(ImageTooLargeError):
         strict.lookup(req(Image.new("RGB", (65, 64))))
-    lax = make_engine(max_image_pixels=limit, enable_l2=False)
+    lax = make_engine(image_encoder=None, limits=Limits(max_image_pixels=limit))
     assert lax.lookup(req(Image.new("RGB", (65, 64)))) is None
     assert lax.stats()["errors"] == {"lookup:ImageTooLargeError": 1}
 
 
 def test_byte_limit_boundary_for_bytes_and_files(make_engine: Any, tmp_path: Path) -> None:
     data = png_bytes(Image.new("RGB", (32, 32), (1, 2, 3)))
-    exact = make_engine(strict=True, max_image_bytes=len(data), enable_l2=False)
+    exact = make_engine(strict=True, image_encoder=None, limits=Limits(max_image_bytes=len(data)))
     assert exact.update(CacheRequest(text="q", images=[data]), "ok") is not None
-    smaller = make_engine(strict=True, max_image_bytes=len(data) - 1, enable_l2=False)
+    smaller = make_engine(strict=True, image_encoder=None, limits=Limits(max_image_bytes=len(data) - 1))
     with pytest.raises(ImageTooLargeError, match="max_image_bytes"):
         smaller.lookup(CacheRequest(text="q", images=[data]))
     path = tmp_path / "pic.png"
@@ -77,7 +78,7 @@ def test_byte_limit_boundary_for_bytes_and_files(make_engine: Any, tmp_path: Pat
 
 
 def test_prompt_char_limit_boundary(make_engine: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    eng = make_engine(strict=True, max_prompt_chars=100, enable_l2=False)
+    eng = make_engine(strict=True, image_encoder=None, limits=Limits(max_prompt_chars=100))
     at_limit, over = "a" * 99 + "?", "b" * 100 + "?"
     eng.update(CacheRequest(text=at_limit), "embedded")
     assert eng.store.collection("l1").count() == 1
@@ -93,14 +94,14 @@ def test_prompt_char_limit_boundary(make_engine: Any, monkeypatch: pytest.Monkey
 
 
 def test_response_size_limit_boundary(make_engine: Any) -> None:
-    strict = make_engine(strict=True, max_response_bytes=100, enable_l2=False)
+    strict = make_engine(strict=True, image_encoder=None, limits=Limits(max_response_bytes=100))
     fits = "x" * 98  # JSON adds the two quotes: exactly 100 bytes
     assert strict.update(CacheRequest(text="q1"), fits) is not None
     with pytest.raises(PayloadError, match="max_response_bytes"):
         strict.update(CacheRequest(text="q2"), fits + "x")
     with pytest.raises(PayloadError):  # multi-byte characters count as bytes, not characters
         strict.update(CacheRequest(text="q3"), "é" * 60)
-    lax = make_engine(max_response_bytes=100, enable_l2=False)
+    lax = make_engine(image_encoder=None, limits=Limits(max_response_bytes=100))
     assert lax.update(CacheRequest(text="q2"), fits + "x") is None
     st = lax.stats()
     assert st["updates_failed"] == 1 and st["errors"] == {"update:PayloadError": 1} and lax.count() == 0
@@ -112,10 +113,10 @@ def test_supplied_embedding_that_cannot_be_normalized_is_a_typed_error(make_engi
     rejected only after the response had been written."""
     from mlc_integrations import InvalidRequestError
 
-    strict = make_engine(strict=True, enable_l2=False)
+    strict = make_engine(strict=True, image_encoder=None)
     with pytest.raises(InvalidRequestError, match="zero vector|too large"):
         strict.update(CacheRequest(text="q", text_embedding=[value] * 384), "x")
-    lax = make_engine(enable_l2=False)
+    lax = make_engine(image_encoder=None)
     assert lax.update(CacheRequest(text="q", text_embedding=[value] * 384), "x") is None
     assert lax.count() == 0 and lax.stats()["errors"] == {"update:InvalidRequestError": 1}
     big_but_fine = [1e30] * 384

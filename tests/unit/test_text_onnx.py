@@ -18,6 +18,7 @@ import pytest
 from mlc_integrations import text_onnx
 from mlc_integrations.errors import ModelUnavailableError
 from mlc_integrations.models import TextEmbedder, resolve_text_backend, resolve_text_model
+from mlc_integrations import TierOptions
 
 SENTENCES = [
     "what color is the shape?",
@@ -279,7 +280,7 @@ def test_engine_and_adapter_choose_the_text_backend(monkeypatch: pytest.MonkeyPa
     from mlc_integrations.langchain import MultimodalSemanticCache
 
     monkeypatch.setenv("MLC_TEXT_BACKEND", "onnx-int8")  # the explicit option wins over the environment
-    eng = MLCEngine(text_backend="torch", image_encoder=None)
+    eng = MLCEngine(image_encoder=None, tiers=TierOptions(text_backend="torch"))
     try:
         eng.update(CacheRequest("What is the capital of France?"), "Paris")
         hit = eng.lookup(CacheRequest("Which city is the capital of France?"))
@@ -287,10 +288,10 @@ def test_engine_and_adapter_choose_the_text_backend(monkeypatch: pytest.MonkeyPa
         assert eng.text_embedder.backend == "torch"
     finally:
         eng.close()
-    cache = MultimodalSemanticCache(persist_directory=None, text_backend="torch", image_encoder=None)
+    cache = MultimodalSemanticCache(persist_directory=None, image_encoder=None, tiers=TierOptions(text_backend="torch"))
     try:
         assert cache.engine.text_embedder is eng.text_embedder  # one shared model per (name, backend)
     finally:
         cache.engine.close()
     with pytest.raises(ValueError, match="text backend"):
-        MLCEngine(text_backend="tensorrt", image_encoder=None)
+        MLCEngine(image_encoder=None, tiers=TierOptions(text_backend="tensorrt"))

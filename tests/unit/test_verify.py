@@ -24,6 +24,7 @@ from mlc_integrations.verify import (
     make_policy,
     pair_features,
 )
+from mlc_integrations import VerifierOptions, WriteOptions
 
 
 def sig(a: str, b: str, cos: float = 0.9) -> dict[str, float]:
@@ -201,7 +202,7 @@ SAME_ANSWER = [
 def test_default_model_refuses_answer_changing_edits_and_reuses_rewordings(make_engine: Any) -> None:
     """At the defaults (the "full" model, min_precision), through the engine: each
     stored request alone in its scope, then its variant looked up."""
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     assert eng.verification is not None and eng.verification.verifier.models["full"].reads_edits
     for k, (a, b) in enumerate(ANSWER_CHANGING + SAME_ANSWER):
         eng.update(CacheRequest(text=a, scope=f"s{k}"), f"answer {k}")
@@ -488,7 +489,7 @@ def req(text: str) -> CacheRequest:
 
 
 def test_engine_refuses_negation_and_explains_hits(make_engine: Any) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     eng.update(req("what is the color of the shape?"), "red")
     eng.update(req("Is there a cat in the picture?"), "yes")
     assert eng.lookup(req("Is there no cat in the picture?")) is None
@@ -503,7 +504,7 @@ def test_engine_refuses_negation_and_explains_hits(make_engine: Any) -> None:
 
 
 def test_engine_verifier_off_is_raw_cosine(make_engine: Any) -> None:
-    eng = make_engine(enable_l2=False, verifier="off", l1_threshold=0.9)
+    eng = make_engine(l1_threshold=0.9, image_encoder=None, verifier="off")
     eng.update(req("Is there a cat in the picture?"), "yes")
     hit = eng.lookup(req("Is there no cat in the picture?"))  # cosine 0.94: the failure the verifier fixes
     assert hit is not None and "verifier" not in hit.scores
@@ -517,7 +518,7 @@ def test_engine_error_bounded_explores_and_learns_from_update(make_engine: Any) 
         if not pol.decide("q", "s", 1.0, entry_id=f"t{i}", request_key=f"t{i}", stored_answer="A").accept:
             pol.observe(f"t{i}", "A")
     pol.reset_stats()
-    eng = make_engine(enable_l2=False, verifier=pol)
+    eng = make_engine(image_encoder=None, verifier=pol)
     eng.update(req("what is the color of the shape?"), "red")
     r = req("what color is the shape?")
     assert eng.lookup(r) is None  # would-be hit explored: answered miss on purpose
@@ -529,7 +530,7 @@ def test_engine_error_bounded_explores_and_learns_from_update(make_engine: Any) 
 
 
 def test_engine_without_stored_prompts_uses_cosine_model(make_engine: Any, caplog: Any) -> None:
-    eng = make_engine(enable_l2=False, store_prompts=False)
+    eng = make_engine(image_encoder=None, writes=WriteOptions(store_prompts=False))
     eng.update(req("what is the color of the shape?"), "red")
     with caplog.at_level(logging.WARNING, logger="mlc_integrations.verify"):
         hit = eng.lookup(req("what color is the shape?"))
@@ -555,18 +556,18 @@ def _minilm_vectors_verifier(head_weight: float) -> Verifier:
 def test_engine_hands_both_embeddings_to_the_vectors_model(make_engine: Any) -> None:
     """The engine reads an L1 candidate's stored vector for a verifier with a "vectors"
     model (the shipped one has it); without one it never reads it and uses "full"."""
-    assert not make_engine(enable_l2=False, verifier=_minilm_vectors_verifier(40.0)).verification.wants_vectors
-    eng = make_engine(enable_l2=False, verifier=VerificationPolicy(_minilm_vectors_verifier(40.0), embedding_head=True))
+    assert not make_engine(image_encoder=None, verifier=_minilm_vectors_verifier(40.0)).verification.wants_vectors
+    eng = make_engine(image_encoder=None, verifier=VerificationPolicy(_minilm_vectors_verifier(40.0), embedding_head=True))
     assert eng.verification.wants_vectors
     eng.update(req("what is the color of the shape?"), "red")
     d = next(iter(req_decisions(eng, "what color is the shape?").values()))
     # logit = 40 * cosine + head (= 40 * cosine) - 36 >= 28 at the retrieval threshold 0.8
     assert d.model == "vectors" and d.probability > 0.99
-    eng2 = make_engine(enable_l2=False, verifier=_logistic_verifier())
+    eng2 = make_engine(image_encoder=None, verifier=_logistic_verifier())
     assert not eng2.verification.wants_vectors
     eng2.update(req("what is the color of the shape?"), "red")
     assert next(iter(req_decisions(eng2, "what color is the shape?").values())).model == "full"
-    eng3 = make_engine(enable_l2=False, verifier_embedding_head=True)  # the shipped verifier, head on
+    eng3 = make_engine(image_encoder=None, verifier=VerifierOptions(embedding_head=True))  # the shipped verifier, head on
     eng3.update(req("what is the color of the shape?"), "red")
     eng3.update(req("Is there a cat in the picture?"), "yes")
     d = next(iter(req_decisions(eng3, "what color is the shape?").values()))
@@ -586,7 +587,7 @@ def req_decisions(eng: Any, text: str) -> dict[str, Any]:
 def test_default_verifier_keeps_common_paraphrases(make_engine: Any) -> None:
     """The default path (texts + cosine) reuses everyday rewordings, and still refuses
     a negation and a changed number."""
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     eng.update(req("What is the capital of France?"), "Paris")
     eng.update(req("What is the price of the shape in this picture?"), "$2.50")
     eng.update(req("Is there a cat in the picture?"), "yes")

@@ -6,7 +6,7 @@ from mlc_integrations import CacheRequest
 
 
 def test_persistent_store_warms_up_in_the_background(make_engine, tmp_path) -> None:
-    eng = make_engine(persist_directory=str(tmp_path / "c"), enable_l2=False)
+    eng = make_engine(persist_directory=str(tmp_path / "c"), image_encoder=None)
     assert eng.stats()["config"]["warm_start"]
     eng._warm.join(60)
     assert not eng._warm.is_alive()
@@ -15,8 +15,8 @@ def test_persistent_store_warms_up_in_the_background(make_engine, tmp_path) -> N
 
 
 def test_in_memory_engine_does_not_unless_asked(make_engine) -> None:
-    assert not make_engine(enable_l2=False).stats()["config"]["warm_start"]
-    eng = make_engine(enable_l2=False, warm_start=True)
+    assert not make_engine(image_encoder=None).stats()["config"]["warm_start"]
+    eng = make_engine(warm_start=True, image_encoder=None)
     assert eng.stats()["config"]["warm_start"]
 
 
@@ -24,6 +24,6 @@ def test_warmup_reports_what_it_loaded_and_never_raises(make_engine) -> None:
     took = make_engine().warmup()
     assert set(took) == {"text", "image", "lexicon"} and all(t >= 0 for t in took.values())
     assert make_engine(verifier="off", l1_threshold=0.95).warmup().keys() == {"text", "image"}
-    broken = make_engine(clip_model="/nonexistent/checkpoint")
+    broken = make_engine(image_encoder="/nonexistent/checkpoint")
     took = broken.warmup()  # the image model cannot be had: L2 off, warm-up goes on
     assert "text" in took and broken.l2_status.startswith("off")

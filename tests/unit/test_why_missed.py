@@ -22,7 +22,7 @@ STORED, NEGATED = "Is there a cat in the picture?", "Is there no cat in the pict
 
 def test_langchain_cache_last_lookup_shows_the_refused_candidate(make_engine: Callable[..., MLCEngine],
                                                                  caplog: pytest.LogCaptureFixture) -> None:
-    cache = MultimodalSemanticCache(make_engine(enable_l2=False))
+    cache = MultimodalSemanticCache(make_engine(image_encoder=None))
     model = CountingChatModel(cache=cache)
     model.invoke([HumanMessage(STORED)])
     with caplog.at_level(logging.DEBUG, logger="mlc_integrations.langchain"):
@@ -42,25 +42,25 @@ def test_langchain_cache_last_lookup_shows_the_refused_candidate(make_engine: Ca
 
 
 def test_langchain_cache_stats_per_scope_and_namespace(make_engine: Callable[..., MLCEngine]) -> None:
-    engine = make_engine(enable_l2=False)
+    engine = make_engine(image_encoder=None)
     tenant_a, tenant_b = MultimodalSemanticCache(engine, namespace="a"), MultimodalSemanticCache(engine, namespace="b")
     cold, warm = CountingChatModel(cache=tenant_a, temperature=0.0), CountingChatModel(cache=tenant_a, temperature=0.7)
     for m in (cold, cold, warm):
         m.invoke([HumanMessage(STORED)])
     CountingChatModel(cache=tenant_b).invoke([HumanMessage(STORED)])
-    by_scope = tenant_a.stats()["langchain"]["by_scope"]
+    by_scope = tenant_a.stats()["adapter"]["by_scope"]
     assert len(by_scope) == 2 and all(set(v) == {"a"} for v in by_scope.values())
     rows = sorted(v["a"]["lookups"] for v in by_scope.values())
     assert rows == [1, 2]
     cold_row = next(v["a"] for k, v in by_scope.items() if "0.7" not in k)
     assert cold_row == {"lookups": 2, "hits": 1, "misses": 1}
-    assert list(tenant_b.stats()["langchain"]["by_scope"].values()) == [{"b": {"lookups": 1, "hits": 0, "misses": 1}}]
+    assert list(tenant_b.stats()["adapter"]["by_scope"].values()) == [{"b": {"lookups": 1, "hits": 0, "misses": 1}}]
 
 
 def test_llamaindex_last_lookup_shows_the_refused_candidate(make_engine: Callable[..., MLCEngine],
                                                             caplog: pytest.LogCaptureFixture) -> None:
     inner = VisionEchoLLM()
-    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(enable_l2=False), namespace="t1")
+    llm = CachedMultiModalLLM(llm=inner, engine=make_engine(image_encoder=None), namespace="t1")
     llm.chat([ChatMessage(role="user", content=STORED)])
     with caplog.at_level(logging.DEBUG, logger="mlc_integrations.llamaindex"):
         llm.chat([ChatMessage(role="user", content=NEGATED)])
@@ -71,5 +71,5 @@ def test_llamaindex_last_lookup_shows_the_refused_candidate(make_engine: Callabl
     assert any("cache miss" in m and "refused tier=L1" in m for m in caplog.messages)
     llm.chat([ChatMessage(role="user", content="How far away is the moon?")])
     assert llm.last_lookup.reason.startswith("no stored entry cleared the similarity thresholds [L0.5:miss L1:miss")
-    by_scope = llm.stats()["llamaindex"]["by_scope"]
+    by_scope = llm.stats()["adapter"]["by_scope"]
     assert by_scope == {llm.scope: {"t1": {"lookups": 3, "hits": 0, "misses": 3}}}

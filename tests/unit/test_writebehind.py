@@ -10,6 +10,7 @@ import pytest
 
 from mlc_integrations import CacheRequest, MLCEngine
 from tests.helpers import pattern
+from mlc_integrations import TierOptions, WriteOptions
 
 
 def req(text: str, images: Any = (), **kw: Any) -> CacheRequest:
@@ -39,7 +40,7 @@ def stored_count(eng: MLCEngine) -> int:
 
 
 def test_update_returns_before_the_write_and_lookups_see_the_pending_entry(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     gate = Gate(eng)
     eng.update(req("What is the capital of France?"), "Paris")  # returns with the writer held
     assert stored_count(eng) == 0 and len(eng.pending) == 1
@@ -54,8 +55,7 @@ def test_update_returns_before_the_write_and_lookups_see_the_pending_entry(make_
 
 
 def test_pending_l2_entry_is_found_by_its_picture(make_engine) -> None:
-    eng = make_engine(enable_exact=False, enable_l1=False, verifier="off", l2_image_threshold=0.99,
-                      l2_prompt_threshold=0.8)
+    eng = make_engine(l2_image_threshold=0.99, l2_prompt_threshold=0.8, tiers=TierOptions(exact=False, l1=False), verifier="off")
     gate = Gate(eng)
     img = pattern(3)
     try:
@@ -70,7 +70,7 @@ def test_pending_l2_entry_is_found_by_its_picture(make_engine) -> None:
 
 
 def test_queue_is_bounded_update_waits_for_the_writer(make_engine) -> None:
-    eng = make_engine(enable_l2=False, max_pending_writes=2)
+    eng = make_engine(image_encoder=None, writes=WriteOptions(max_pending=2))
     gate = Gate(eng)
     eng.update(req("first question here"), 1)
     eng.update(req("second question here"), 2)
@@ -92,17 +92,17 @@ def test_queue_is_bounded_update_waits_for_the_writer(make_engine) -> None:
 
 def test_close_drains_and_a_reopened_cache_has_everything(make_engine, tmp_path) -> None:
     d = str(tmp_path / "wb")
-    eng = make_engine(persist_directory=d, enable_l2=False)
+    eng = make_engine(persist_directory=d, image_encoder=None)
     for i in range(40):
         eng.update(req(f"question number {i} about item {i * 13}"), i)
     eng.close()
-    again = make_engine(persist_directory=d, enable_l2=False)
+    again = make_engine(persist_directory=d, image_encoder=None)
     assert again.count() == 40
     assert again.lookup(req("question number 17 about item 221")).payload == 17
 
 
 def test_a_failed_background_write_is_counted_never_raised(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     orig = eng.store.call
 
     def failing(what: str, fn: Callable[[], Any]) -> Any:
@@ -122,15 +122,15 @@ def test_a_failed_background_write_is_counted_never_raised(make_engine) -> None:
 
 
 def test_durable_and_strict_write_on_the_callers_path(make_engine) -> None:
-    for eng in (make_engine(enable_l2=False, durable=True), make_engine(enable_l2=False, strict=True)):
+    for eng in (make_engine(durable=True, image_encoder=None), make_engine(strict=True, image_encoder=None)):
         assert eng.pending is None and eng.durable
         eng.update(req("How many legs does a spider have?"), "eight")
         assert stored_count(eng) == 1
-    assert make_engine(enable_l2=False, strict=True, durable=False).pending is not None
+    assert make_engine(strict=True, durable=False, image_encoder=None).pending is not None
 
 
 def test_delete_and_clear_see_pending_entries(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     gate = Gate(eng)
     eid = eng.update(req("What is two plus two?"), "4")
     gate.open.set()
@@ -142,7 +142,7 @@ def test_delete_and_clear_see_pending_entries(make_engine) -> None:
 
 
 def test_a_newer_version_written_while_the_older_is_in_flight_wins(make_engine) -> None:
-    eng = make_engine(enable_l2=False)
+    eng = make_engine(image_encoder=None)
     gate = Gate(eng)
     eng.update(req("Which version is current?"), "old")
     eng.update(req("Which version is current?"), "new")
@@ -154,7 +154,7 @@ def test_a_newer_version_written_while_the_older_is_in_flight_wins(make_engine) 
 
 @pytest.mark.parametrize("n_threads", [4])
 def test_concurrent_updates_and_lookups_lose_nothing(make_engine, n_threads: int) -> None:
-    eng = make_engine(enable_l2=False, max_pending_writes=8)
+    eng = make_engine(image_encoder=None, writes=WriteOptions(max_pending=8))
     errors: list[BaseException] = []
 
     def work(t: int) -> None:

@@ -35,7 +35,7 @@ def run_quickstart(persist_directory: Optional[str] = None, clip_model: Any = "m
     if clip_model in NAMED_CLIP_MODELS and not NAMED_CLIP_MODELS[clip_model].exists():
         clip_model = None  # the offline L2 model is not built yet: L0.5 and L1 only
     t0 = time.perf_counter()
-    eng = MLCEngine(persist_directory=persist_directory, clip_model=clip_model)
+    eng = MLCEngine(persist_directory=persist_directory, image_encoder=clip_model)
     red_circle = _picture((220, 30, 30), "circle")
     blue_square = _picture((30, 30, 220), "square")
     scope = "demo-model:temperature=0"

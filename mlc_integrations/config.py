@@ -1,0 +1,141 @@
+"""The engine's expert knobs, grouped by what they tune. Everyday options (where,
+which models, thresholds, TTL, size, strict) are :class:`~mlc_integrations.MLCEngine`
+keywords; these small immutable objects hold the rest, each with working defaults::
+
+    from mlc_integrations import MLCEngine, Limits, StorageOptions, TierOptions, VerifierOptions, WriteOptions
+
+    engine = MLCEngine(
+        persist_directory="./.mlc_cache",
+        storage=StorageOptions(collection_prefix="shop", check_index="after_crash"),
+        writes=WriteOptions(max_pending=1024, store_prompts=False),
+        limits=Limits(max_image_pixels=20_000_000, max_prompt_chars=4096),
+        tiers=TierOptions(l1=False),             # exact + image tiers only
+        verifier=VerifierOptions(min_precision=0.9),
+    )
+
+The LangChain and LlamaIndex adapters take the same objects (they pass engine options
+through).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .eviction import DEFAULT_EVICTION_POLICY
+from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
+from .storage import DEFAULT_SEARCH_EF
+from .tiers import DEFAULT_L2_PRESCREEN
+from .verify import DEFAULT_EXPLORE_RATE, DEFAULT_MIN_PRECISION
+from .writebehind import DEFAULT_MAX_PENDING
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """How Chroma keeps the entries (where they live is ``persist_directory`` /
+    ``chroma_host``/``chroma_port`` on the engine).
+
+    * ``collection_prefix``: collection names ``{prefix}_exact``, ``{prefix}_l1``, ...;
+      several caches can share one Chroma.
+    * ``timeout``: seconds bound on each request to a Chroma server.
+    * ``hnsw_search_ef``: HNSW query beam (recall vs speed), set when a collection is created.
+    * ``check_index``: when opening checks that every stored vector can be found and repairs
+      what cannot: ``"always"`` (default for persistent and server stores), ``"after_crash"``,
+      ``"never"``.
+    * ``client``: your own Chroma client (then ``persist_directory``/``chroma_host`` are unused).
+    * ``eviction_policy``: which entries ``max_entries`` evicts first, ``"lru"`` or ``"fifo"``.
+    """
+
+    collection_prefix: str = "mlc"
+    timeout: Optional[float] = 5.0
+    hnsw_search_ef: int = DEFAULT_SEARCH_EF
+    check_index: Optional[str] = None
+    client: Any = None
+    eviction_policy: str = DEFAULT_EVICTION_POLICY
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """The write path (``durable=True`` on the engine writes before ``update()`` returns).
+
+    * ``max_pending``: write-behind queue bound; ``update()`` waits when it is full.
+    * ``store_prompts``: ``False`` keeps no raw prompt text in Chroma (keys, embeddings and
+      responses only).
+    """
+
+    max_pending: int = DEFAULT_MAX_PENDING
+    store_prompts: bool = True
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds on input; what exceeds them is bad input (a counted miss, or a typed error
+    with ``strict=True``). A prompt longer than ``max_prompt_chars`` is still keyed
+    exactly, just not embedded."""
+
+    max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
+    max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
+    max_prompt_chars: int = 8192
+    max_response_bytes: int = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class TierOptions:
+    """Which tiers run and how (L2 is switched off with ``image_encoder=None``).
+
+    * ``exact``, ``l1``: switch the exact tier or the text-semantic tier off.
+    * ``text_backend``: how the sentence model runs: ``"auto"`` (ONNX Runtime fp32 when
+      installed, else torch), ``"onnx-fp32"``, ``"onnx-int8"``, ``"torch"``; None reads
+      ``$MLC_TEXT_BACKEND``.
+    * ``l2_prompt_encoder``: L2's prompt side, ``"text"`` (the L1 sentence model) or
+      ``"clip"`` (an open_clip image encoder's text tower).
+    * ``l2_prescreen``: pixel-fingerprint cosine under which no stored picture can match,
+      so no image encoder runs (None = off).
+    * ``n_candidates``: neighbours fetched per vector tier.
+    """
+
+    exact: bool = True
+    l1: bool = True
+    text_backend: Optional[str] = None
+    l2_prompt_encoder: str = "text"
+    l2_prescreen: Optional[float] = DEFAULT_L2_PRESCREEN
+    n_candidates: int = 16
+
+
+@dataclass(frozen=True)
+class VerifierOptions:
+    """The judge between retrieval and reuse (docs/verification.md).
+
+    * ``model``: ``"default"`` (the shipped verifier), ``"off"`` (raw cosine thresholds), a
+      path to a verifier JSON, a ``Verifier`` or a ``VerificationPolicy``.
+    * ``min_precision``: the precision the verifier's operating point must keep.
+    * ``max_false_hit_rate``: error-bounded online mode (None = off); ``explore_rate`` its
+      exploration share.
+    * ``embedding_head``: the opt-in Quora-tuned embedding head.
+    """
+
+    model: Any = "default"
+    min_precision: float = DEFAULT_MIN_PRECISION
+    max_false_hit_rate: Optional[float] = None
+    explore_rate: float = DEFAULT_EXPLORE_RATE
+    embedding_head: bool = False
+
+    @classmethod
+    def of(cls, value: Any) -> "VerifierOptions":
+        """The engine's ``verifier=`` argument: these options, or just the model."""
+        return value if isinstance(value, VerifierOptions) else cls(model=value)
+
+
+def _check(value: Any, kind: type, name: str) -> Any:
+    if value is None:
+        return kind()
+    if not isinstance(value, kind):
+        raise TypeError(f"{name}= takes a {kind.__name__}(...), not {type(value).__name__}")
+    return value
+
+
+def resolve_options(storage: Any, writes: Any, limits: Any, tiers: Any
+                    ) -> tuple[StorageOptions, WriteOptions, Limits, TierOptions]:
+    """The engine's option groups, defaults filled in; a wrong type is a TypeError that names the class."""
+    return (_check(storage, StorageOptions, "storage"), _check(writes, WriteOptions, "writes"),
+            _check(limits, Limits, "limits"), _check(tiers, TierOptions, "tiers"))
