@@ -12,6 +12,7 @@ never embeds twice. When the image model cannot be had, L2 switches off with a w
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -21,7 +22,7 @@ from .errors import ModelUnavailableError
 from .image_encoders import ImageEncoder, resolve_image_encoder
 from .images import FINGERPRINT_MODEL, fingerprint
 from .keys import KeyedRequest
-from .models import TextEmbedder, resolve_text_backend
+from .models import ExternalTextEmbedder, TextEmbedder, resolve_text_backend
 
 if TYPE_CHECKING:
     from .entries import NewEntry
@@ -37,7 +38,12 @@ class TierEncoders:
         ``$MLC_TEXT_BACKEND``, else ``"auto"``), resolved now so a bad value fails here."""
         if l2_prompt_encoder not in ("text", "clip"):
             raise ValueError("l2_prompt_encoder must be 'text' (the L1 sentence model) or 'clip' (CLIP text tower)")
-        self.text_model_name = text_model
+        # A model name or path loads through TextEmbedder; an object the application brings
+        # (LangChain Embeddings, LlamaIndex BaseEmbedding, a callable) is used as it is.
+        self._external = (ExternalTextEmbedder(text_model)
+                          if text_model is not None and not isinstance(text_model, (str, os.PathLike)) else None)
+        self.text_model_name: Optional[str] = self._external.name if self._external is not None else (
+            None if text_model is None else str(text_model))
         self.text_backend = resolve_text_backend(text_backend)
         self.l2_prompt_encoder = l2_prompt_encoder
         self.image_encoder: Optional[ImageEncoder] = (
@@ -50,7 +56,9 @@ class TierEncoders:
 
     # ------------------------------------------------------------------ models
     @property
-    def text_embedder(self) -> TextEmbedder:
+    def text_embedder(self) -> "TextEmbedder | ExternalTextEmbedder":
+        if self._external is not None:
+            return self._external
         return TextEmbedder.shared(self.text_model_name, backend=self.text_backend)
 
     @property
