@@ -353,3 +353,105 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor) -> ChangeReport:
         iy, ix = np.unravel_index(int(np.argmax(frac)), frac.shape)
         rep.where = _where((iy + 0.5) * CELL, (ix + 0.5) * CELL, n)
     return rep
+
+
+# ---------------------------------------------------------------------------- decision
+@dataclass(frozen=True)
+class ImageChangeRule:
+    """When two aligned pictures show the same content. Every bound is a refusal:
+
+    * ``min_peak``: the alignment found no consistent shift (another picture, another pose);
+    * ``min_overlap``: the new picture shows too little of the stored one again;
+    * ``max_noise``: after alignment the pictures still differ everywhere (texture, pose);
+    * ``max_region``: a connected changed region covers at least this share of the picture;
+    * ``max_area``: changed pixels, wherever they are, cover at least this share.
+
+    Calibrated on the train split of ``python -m evaluation.image_pairs`` (held-out pairs
+    never tuned on); the shipped values are in ``assets/image_change.json``.
+    """
+
+    min_peak: float = 0.12
+    min_overlap: float = 0.7
+    max_noise: float = 0.05
+    max_region: float = 0.02
+    max_area: float = 0.02
+    source: str = "built-in defaults"
+
+    @classmethod
+    def load(cls, path: Union[str, Path, None] = None) -> "ImageChangeRule":
+        p = Path(path) if path is not None else DEFAULT_RULE_PATH
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            log.warning("image-change rule %s not found: built-in defaults", p)
+            return cls()
+        fields = {k: data[k] for k in ("min_peak", "min_overlap", "max_noise", "max_region", "max_area") if k in data}
+        return cls(**{k: float(v) for k, v in fields.items()}, source=str(data.get("source", p.name)))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def decide(self, rep: ChangeReport) -> "ImageVerdict":
+        if rep.peak < self.min_peak:
+            return ImageVerdict(False, "alignment", rep, f"the pictures do not align (peak {rep.peak:.2f} < {self.min_peak:.2f})")
+        if rep.overlap < self.min_overlap:
+            return ImageVerdict(False, "overlap", rep,
+                                f"only {rep.overlap:.0%} of the stored picture is seen again (< {self.min_overlap:.0%})")
+        if rep.noise > self.max_noise:
+            return ImageVerdict(False, "noise", rep, f"the aligned pictures differ everywhere (noise {rep.noise:.3f})")
+        if rep.largest_region >= self.max_region:
+            return ImageVerdict(False, "region", rep,
+                                f"a region changed: {_pct(rep.largest_region)} of the picture, {rep.where}")
+        if rep.changed_area >= self.max_area:
+            return ImageVerdict(False, "area", rep,
+                                f"changes spread over {_pct(rep.changed_area)} of the picture, most near {rep.where}")
+        return ImageVerdict(True, "", rep, f"same content (changed {_pct(rep.changed_area)}, largest region "
+                                           f"{_pct(rep.largest_region)}, alignment {rep.peak:.2f})")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %" if x < 0.1 else f"{100 * x:.0f} %"
+
+
+@dataclass
+class ImageVerdict:
+    """The image verifier's answer for one candidate: accept, and what it saw."""
+
+    accept: bool
+    reason: str  # "" when accepted; "alignment" | "overlap" | "noise" | "region" | "area" | "descriptor"
+    report: Optional[ChangeReport]
+    detail: str
+
+    def scores(self) -> dict[str, float]:
+        """The numbers a Hit / Refusal shows (``image_*`` keys)."""
+        r = self.report
+        if r is None:
+            return {}
+        return {"image_align": round(r.peak, 4), "image_changed": round(r.changed_area, 4),
+                "image_region": round(r.largest_region, 4)}
+
+
+class ImageChangeVerifier:
+    """What L2 asks: does the new picture (its descriptor) show the stored picture's content?
+
+    A stored entry without a descriptor (written before descriptors existed) or with an
+    unreadable one is refused — conservatively: its answer may be about a changed
+    picture, and a miss only costs a backend call (``missing="refuse"``; pass
+    ``missing="accept"`` to trust the global thresholds alone for such entries).
+    """
+
+    def __init__(self, rule: Optional[ImageChangeRule] = None, missing: str = "refuse") -> None:
+        if missing not in ("refuse", "accept"):
+            raise ValueError("missing must be 'refuse' or 'accept'")
+        self.rule = rule if rule is not None else ImageChangeRule.load()
+        self.missing = missing
+
+    def verify(self, stored: Union[str, bytes, ImageDescriptor, None], new: ImageDescriptor) -> ImageVerdict:
+        if stored is None:
+            return ImageVerdict(self.missing == "accept", "" if self.missing == "accept" else "descriptor", None,
+                                "the stored entry has no image descriptor (written before the image verifier)")
+        if isinstance(stored, str):
+            stored = ImageDescriptor.from_text(stored)
+        elif isinstance(stored, bytes):
+            stored = ImageDescriptor.from_bytes(stored)
+        return self.rule.decide(compare(stored, new))
