@@ -44,6 +44,8 @@ from typing import Any, Optional, Union
 import numpy as np
 from PIL import Image
 
+from .._lru import LRU
+
 log = logging.getLogger(__name__)
 
 GREY_SIDE = 96
@@ -118,6 +120,18 @@ def describe(img: "Image.Image") -> ImageDescriptor:
     opp = np.stack([(r - g) / 2.0, (r + g) / 4.0 - b / 2.0])  # red-green, yellow-blue, in [-127.5, 127.5]
     chroma = np.clip(opp + 128.0 + 0.5, 0, 255).astype(np.uint8)
     return ImageDescriptor(grey, chroma, rgb.size)
+
+
+_DESC_MEMO: "LRU[str, ImageDescriptor]" = LRU(4096)
+
+
+def describe_memoized(img: "Image.Image", digest: str) -> ImageDescriptor:
+    """:func:`describe`, memoized by pixel digest (a picture seen before costs nothing)."""
+    d = _DESC_MEMO.get(digest)
+    if d is None:
+        d = describe(img)
+        _DESC_MEMO.put(digest, d)
+    return d
 
 
 def descriptor_bytes(desc: ImageDescriptor) -> int:
