@@ -33,6 +33,7 @@ Everything is numpy + Pillow; ~2-4 ms per candidate on this CPU (benchmarks/late
 from __future__ import annotations
 
 import base64
+import itertools
 import json
 import logging
 import struct
@@ -195,17 +196,28 @@ def _phase_correlation(a: np.ndarray, b: np.ndarray) -> tuple[float, float, floa
 
 
 def align(stored: np.ndarray, new: np.ndarray, scales: tuple[float, ...] = SCALES) -> Alignment:
-    """The scale and shift that map the new grey thumbnail onto the stored one."""
+    """The scale and shift that map the new grey thumbnail onto the stored one: the best
+    phase-correlation peak over ``scales``, refined by half a step either side of the best."""
     a = stored.astype(np.float32)
     b = new.astype(np.float32)
     best = Alignment(1.0, 0.0, 0.0, -1.0)
-    for s in scales:
+
+    def trial(s: float) -> None:
+        nonlocal best
         bs = b if s == 1.0 else _warp(b, s, 0.0, 0.0, fill=float(b.mean()))
         dx, dy, peak = _phase_correlation(a, bs)
         if peak > best.peak:
             best = Alignment(s, dx * s, dy * s, peak)
-        if s == 1.0 and peak > 0.5:  # a plain shift explains it: no need to try scales
-            break
+
+    for s in scales:
+        trial(s)
+        if s == 1.0 and best.peak > 0.6:  # a plain shift explains it: no need to try scales
+            return best
+    step = min(abs(x - y) for x, y in itertools.combinations(sorted(scales), 2)) / 2 if len(scales) > 1 else 0.0
+    if step:
+        s0 = best.scale
+        trial(s0 - step)
+        trial(s0 + step)
     return best
 
 
@@ -248,9 +260,10 @@ def _neighbour_min_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best
 
 
-def _robust_affine(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
-    """Gain and offset with y ~ g * x + o, fitted twice (the second time without the
-    quarter of pixels that fit worst, so a changed region does not bend the fit)."""
+def _robust_affine(x: np.ndarray, y: np.ndarray, gains: tuple[float, float] = (0.7, 1.4)) -> tuple[float, float]:
+    """Gain (within ``gains``: exposure and contrast, not a change of content) and offset
+    with y ~ g * x + o, fitted twice (the second time without the quarter of pixels that
+    fit worst, so a changed region does not bend the fit)."""
     g, o = 1.0, 0.0
     keep = np.ones(x.shape, bool)
     for _ in range(2):
@@ -261,7 +274,7 @@ def _robust_affine(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
         if vx < 1e-6:
             g, o = 1.0, float(ys.mean() - xs.mean())
         else:
-            g = float(np.clip(((xs - xs.mean()) * (ys - ys.mean())).mean() / vx, 0.5, 2.0))
+            g = float(np.clip(((xs - xs.mean()) * (ys - ys.mean())).mean() / vx, *gains))
             o = float(ys.mean() - g * xs.mean())
         res = np.abs(y - (g * x + o))
         keep = res <= np.quantile(res, 0.75)
@@ -342,7 +355,7 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor) -> ChangeReport:
         cdiff = np.zeros((CHROMA_SIDE, CHROMA_SIDE), np.float32)
         for ch in range(2):
             cw = _warp(cb[ch], al.scale, al.dx / k, al.dy / k, fill=0.5)
-            gc, oc = _robust_affine(cw[vsmall], ca[ch][vsmall])
+            gc, oc = _robust_affine(cw[vsmall], ca[ch][vsmall], gains=(0.8, 1.25))
             cwn = gc * cw + oc
             cdiff = np.maximum(cdiff, np.maximum(_neighbour_min_diff(ca[ch], cwn), _neighbour_min_diff(cwn, ca[ch])))
         colour = (cdiff > CHROMA_MIN) & vsmall
