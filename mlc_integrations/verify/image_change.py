@@ -260,6 +260,20 @@ def _neighbour_min_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best
 
 
+def _local_range(x: np.ndarray) -> np.ndarray:
+    """max - min over each pixel's 3x3 neighbourhood."""
+    p = np.pad(x, 1, mode="edge")
+    n0, n1 = x.shape
+    hi = x.copy()
+    lo = x.copy()
+    for oy in range(3):
+        for ox in range(3):
+            w = p[oy:oy + n0, ox:ox + n1]
+            np.maximum(hi, w, out=hi)
+            np.minimum(lo, w, out=lo)
+    return hi - lo
+
+
 def _robust_affine(x: np.ndarray, y: np.ndarray, gains: tuple[float, float] = (0.7, 1.4)) -> tuple[float, float]:
     """Gain (within ``gains``: exposure and contrast, not a change of content) and offset
     with y ~ g * x + o, fitted twice (the second time without the quarter of pixels that
@@ -316,6 +330,7 @@ NOISE_FLOOR = 0.02  # residual noise below this is treated as this (clean pictur
 NOISE_MULT = 4.0  # a pixel changed when its tolerant difference exceeds this many noise levels
 ABS_MIN = 0.07  # ... and at least this much of the grey scale (~18 of 255 levels)
 CHROMA_MIN = 0.06  # colour difference (opponent channels, 0..1) that counts as a colour change
+EDGE_TOLERANCE = 0.25  # share of the local 3x3 grey range added to the threshold
 CELL_CHANGED = 0.2  # a cell whose share of changed pixels reaches this is a changed cell
 
 
@@ -343,7 +358,9 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor) -> ChangeReport:
     d[~valid] = 0.0
     noise = float(np.median(d[valid])) if valid.any() else 0.0
     rep.noise = noise
-    thr = max(ABS_MIN, NOISE_MULT * max(noise, NOISE_FLOOR))
+    # At an edge, half a pixel of residual misalignment or interpolation blur moves grey
+    # levels by a share of the local contrast: the threshold grows with it there.
+    thr = max(ABS_MIN, NOISE_MULT * max(noise, NOISE_FLOOR)) + EDGE_TOLERANCE * np.maximum(_local_range(a_s), _local_range(b_s))
     changed = (d > thr) & valid
     # Colour: the opponent maps, new warped likewise, matched by a global offset per channel.
     k = n // CHROMA_SIDE
