@@ -61,8 +61,11 @@ def _label(tau: Optional[float], default: float, verifier: bool) -> str:
     return f"tau={t:.2f}{' (default)' if abs(t - default) < 1e-9 else ''}{'' if verifier else ', verifier off'}"
 
 
+GLOBAL_ONLY_TAU = 0.87  # Lite0's threshold before issue 24, when the global cosine alone decided
+
+
 def _settings(taus: Sequence[float]) -> list[tuple[Optional[float], bool]]:
-    return [(t, True) for t in taus] + [(None, False)]
+    return [(t, True) for t in taus] + [(GLOBAL_ONLY_TAU, False)]
 
 
 # ---------------------------------------------------------------------------- camera streams
@@ -206,6 +209,27 @@ def photos(taus: Sequence[float], default: float, seed: int = 0) -> list[dict[st
     return rows
 
 
+# ---------------------------------------------------------------------------- scenes
+def scenes(names: Sequence[str] = ("scenes-edit", "scenes"), latency_ms: float = 20.0) -> dict[str, Any]:
+    """``MLCEngine()`` as shipped (the ``MLC as shipped`` row of ``python -m evaluation sweep
+    --workload scenes-edit``: LangChain cache, no scene-trained CLIP) on the full scene
+    streams, scored like that sweep (:func:`.scene_experiments.score`)."""
+    from .backends import GroundTruthOracle
+    from .runner import run_workload
+    from .scene_experiments import _shipped, score
+    from .workloads import build
+
+    out = {}
+    for name in names:
+        wl = build(name, quick=False, seed=0, split="test")
+        r = run_workload(wl, _shipped(), GroundTruthOracle(latency_s=latency_ms / 1000.0), config="MLC as shipped")
+        sc = score(wl, r)
+        out[name] = {"n": r.n, "hits": r.hits, "hit_rate": r.hit_rate, "accuracy": r.accuracy, "wrong": r.wrong_hits,
+                     "tier_hits": r.tier_hits, "by_kind": r.by_kind, **sc}
+        log.info("%s: %s", name, {k: v for k, v in out[name].items() if k != "by_kind"})
+    return out
+
+
 # ---------------------------------------------------------------------------- report
 def markdown(data: dict[str, Any], command: str) -> str:
     L = ["# Image-change verifier through the engine: camera streams, easy-vqa, photos", "",
@@ -232,6 +256,15 @@ def markdown(data: dict[str, Any], command: str) -> str:
             L.append(f"| {r['setting']} | {r['jitter_rate']:.1%} ({r['jitter_reused']}/{r['n']}) | "
                      f"{r['recoloured_rate']:.1%} ({r['recoloured_reused']}/{r['n']}) | "
                      f"{r['other_rate']:.1%} ({r['other_picture_reused']}/{r['n']}) |")
+        L.append("")
+    if "scenes" in data:
+        L += ["## Scenes as shipped (MLCEngine() through the LangChain cache; oracle backend)", "",
+              "| workload | requests | hit rate | accuracy | wrong reuses | changed answers reused | oracle-reusable served |",
+              "|---|---:|---:|---:|---:|---:|---:|"]
+        for name, r in data["scenes"].items():
+            ch = f"{r['changed_answer_reused']} of {r['changed_answer_requests']}" if r["changed_answer_requests"] else "–"
+            sf = f"{r['served_fraction']:.1%} ({r['served_reusable']}/{r['oracle_reusable']})" if r["served_fraction"] is not None else "–"
+            L.append(f"| {name} | {r['n']} | {r['hit_rate']:.3f} | {r['accuracy']:.3f} | {r['wrong']} | {ch} | {sf} |")
         L.append("")
     if "photos" in data:
         L += ["## Real photos (pair level: global cosine >= tau and the local verifier)", "",
@@ -268,6 +301,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         data["easyvqa"] = easyvqa(taus, default)
     if "photos" in only:
         data["photos"] = photos(taus, default)
+    if "scenes" in only:
+        data["scenes"] = scenes()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cmd = f"python -m evaluation.image_change_eval --out {args.out}" + (f" --only {args.only}" if args.only != p.get_default("only") else "") + (
