@@ -317,4 +317,7 @@ class MultimodalTier(_SemanticTier):
                     {"image": min(1.0, img_sim), "prompt": min(1.0, p_sim)},
                     {"image": self.image_threshold, "prompt": self.prompt_threshold},
                 ))
-        return self._accept_best(sorted(cands, key=lambda c: -c.margin), kr, now)
+        cands.sort(key=lambda c: -c.margin)
+        if self.image_verifier is not None:  # candidates past the comparison budget would be refused unread
+            cands = cands[:MAX_IMAGE_CHECKS]
+        return self._accept_best(cands, kr, now)
