@@ -54,7 +54,7 @@ SPLIT_SEED = 24  # issue 24; fixed before any result was looked at
 EDIT_AREAS = (0.01, 0.02, 0.03, 0.05, 0.08, 0.12, 0.15)
 EDIT_KINDS = ("paste", "move", "remove", "recolour")
 BAR_AREA = 0.03  # content edits at or above this share must be refused (issue 24)
-TREE_HAND_FRAME = 54  # first tree.avi frame with the hand in it (checked by eye: docs/results/video_truth.md)
+TREE_HAND_FRAME = 54  # first tree.avi frame with the hand in it (checked by eye: docs/image-change.md)
 TREE_FRAMES = (0, 12, 24, 36, 48)  # tree.avi frames used as stored pictures
 VTEST_FRAMES = (0, 300, 600)
 
