@@ -92,6 +92,10 @@ class TierOptions:
     * ``l2_prescreen``: pixel-fingerprint cosine under which no stored picture can match,
       so no image encoder runs (None = off).
     * ``n_candidates``: neighbours fetched per vector tier.
+    * ``image_verifier``: L2's local comparison of the two pictures (``"default"``: the
+      shipped :class:`~mlc_integrations.verify.image_change.ImageChangeVerifier`; None =
+      global similarity alone, which reuses answers across edited pictures:
+      docs/image-change.md).
     """
 
     exact: bool = True
@@ -100,6 +104,7 @@ class TierOptions:
     l2_prompt_encoder: str = "text"
     l2_prescreen: Optional[float] = DEFAULT_L2_PRESCREEN
     n_candidates: int = 16
+    image_verifier: Any = "default"
 
 
 @dataclass(frozen=True)

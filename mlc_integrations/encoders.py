@@ -23,6 +23,7 @@ from .image_encoders import ImageEncoder, resolve_image_encoder
 from .images import FINGERPRINT_MODEL, fingerprint
 from .keys import KeyedRequest
 from .models import ExternalTextEmbedder, TextEmbedder, resolve_text_backend
+from .verify.image_change import ImageDescriptor, describe_memoized
 
 if TYPE_CHECKING:
     from .entries import NewEntry
@@ -163,6 +164,15 @@ class TierEncoders:
             kr.features["clip_images"] = v
         return v
 
+    def image_descriptors(self, kr: KeyedRequest) -> list[ImageDescriptor]:
+        """Image-change descriptors of the request's pictures (verify/image_change.py), one
+        each; computed only when an L2 candidate is verified or the entry is written."""
+        v = kr.features.get("image_desc")
+        if v is None:
+            v = [describe_memoized(im.pil, im.digest) for im in kr.images]  # type: ignore[arg-type]
+            kr.features["image_desc"] = v
+        return v
+
     def fill_vectors(self, entry: "NewEntry", kr: KeyedRequest, *, l1: bool, l2: bool, defer_images: bool) -> None:
         """Every vector a new entry needs, before anything is written. With
         ``defer_images`` an image encoding the lookup did not already pay for (it was
@@ -179,3 +189,7 @@ class TierEncoders:
             entry.image_vecs = self.image_vecs(kr, clip)
         else:
             entry.embed_images = lambda: self.image_vecs(kr, clip)
+        if "image_desc" in kr.features or not defer_images:
+            entry.image_descs = [d.to_text() for d in self.image_descriptors(kr)]
+        else:
+            entry.describe_images = lambda: [d.to_text() for d in self.image_descriptors(kr)]

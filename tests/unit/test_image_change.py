@@ -1,0 +1,233 @@
+"""The image-change verifier: benign copies are the same content, edited pictures are not.
+
+Pictures come from ``skimage.data`` (ship with scikit-image, offline). The rule is the
+shipped one (``assets/image_change.json``); every float comparison has a tolerance.
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw, ImageEnhance
+
+from mlc_integrations import CacheRequest
+from mlc_integrations.verify.image_change import (
+    DESCRIPTOR_MAX_BYTES,
+    DescriptorError,
+    ImageChangeRule,
+    ImageChangeVerifier,
+    ImageDescriptor,
+    align,
+    compare,
+    describe,
+    descriptor_bytes,
+)
+from mlc_integrations import TierOptions
+
+skdata = pytest.importorskip("skimage.data")
+
+
+def _picture(name: str, side: int = 320) -> Image.Image:
+    im = Image.fromarray(np.asarray(getattr(skdata, name)())).convert("RGB")
+    im.thumbnail((side, side), Image.BICUBIC)
+    return im
+
+
+@pytest.fixture(scope="module")
+def astronaut() -> Image.Image:
+    return _picture("astronaut")
+
+
+@pytest.fixture(scope="module")
+def coffee() -> Image.Image:
+    return _picture("coffee")
+
+
+@pytest.fixture(scope="module")
+def verifier() -> ImageChangeVerifier:
+    return ImageChangeVerifier()
+
+
+def _jpeg(im: Image.Image, q: int) -> Image.Image:
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=q)
+    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+
+
+def _shift(im: Image.Image, dx: int, dy: int) -> Image.Image:
+    a = np.asarray(im)
+    a = np.pad(a, ((abs(dy), abs(dy)), (abs(dx), abs(dx)), (0, 0)), mode="edge")
+    return Image.fromarray(np.ascontiguousarray(a[abs(dy) - dy:abs(dy) - dy + im.height, abs(dx) - dx:abs(dx) - dx + im.width]))
+
+
+def _paste(im: Image.Image, src: Image.Image, frac: float, at: tuple[float, float]) -> Image.Image:
+    """An elliptic cut-out of ``src`` covering ``frac`` of ``im``, pasted at ``at`` (relative)."""
+    w, h = im.size
+    side = int(round((frac * w * h * 4 / np.pi) ** 0.5))
+    patch = src.resize((side, side))
+    mask = Image.new("L", (side, side), 0)
+    ImageDraw.Draw(mask).ellipse((0, 0, side - 1, side - 1), fill=255)
+    out = im.copy()
+    out.paste(patch, (int(at[0] * (w - side)), int(at[1] * (h - side))), mask)
+    return out
+
+
+def _verdict(verifier: ImageChangeVerifier, stored: Image.Image, new: Image.Image):
+    return verifier.verify(describe(stored).to_text(), describe(new))
+
+
+# ---------------------------------------------------------------------------- benign copies
+def test_a_jpeg_copy_shifted_2_percent_is_reused(verifier, astronaut) -> None:
+    new = _jpeg(_shift(astronaut, round(0.02 * astronaut.width), -round(0.01 * astronaut.height)), 70)
+    v = _verdict(verifier, astronaut, new)
+    assert v.accept, v.detail
+
+
+@pytest.mark.parametrize("scale", [0.5, 0.75, 1.5])
+def test_a_resized_copy_is_reused(verifier, astronaut, scale) -> None:
+    new = astronaut.resize((round(astronaut.width * scale), round(astronaut.height * scale)), Image.BICUBIC)
+    assert _verdict(verifier, astronaut, new).accept
+
+
+@pytest.mark.parametrize("factor", [0.85, 1.15])
+def test_brighter_or_darker_by_15_percent_is_reused(verifier, astronaut, factor) -> None:
+    assert _verdict(verifier, astronaut, ImageEnhance.Brightness(astronaut).enhance(factor)).accept
+
+
+def test_a_copy_cropped_by_4_percent_is_reused_and_the_shift_is_found(verifier, coffee) -> None:
+    w, h = coffee.size
+    new = coffee.crop((round(0.02 * w), round(0.02 * h), w - round(0.02 * w), h - round(0.02 * h)))
+    v = _verdict(verifier, coffee, new)
+    assert v.accept, v.detail
+    assert v.report is not None and v.report.scale == pytest.approx(1.05, abs=0.06)
+
+
+def test_noise_does_not_count_as_change(verifier, coffee) -> None:
+    rng = np.random.default_rng(0)
+    a = np.asarray(coffee, np.float32) + rng.normal(0, 6, (coffee.height, coffee.width, 3))
+    assert _verdict(verifier, coffee, Image.fromarray(np.clip(a, 0, 255).astype(np.uint8))).accept
+
+
+# ---------------------------------------------------------------------------- content edits
+def test_a_pasted_object_covering_5_percent_is_refused(verifier, astronaut, coffee) -> None:
+    v = _verdict(verifier, astronaut, _paste(astronaut, coffee, 0.05, (0.1, 0.1)))
+    assert not v.accept
+    assert "changed" in v.detail and "top-left" in v.detail
+
+
+def test_a_removed_object_is_refused(verifier, astronaut, coffee) -> None:
+    with_object = _paste(astronaut, coffee, 0.05, (0.8, 0.7))
+    assert not _verdict(verifier, with_object, astronaut).accept
+
+
+def test_a_moved_object_is_refused_even_as_a_jpeg_copy(verifier, astronaut, coffee) -> None:
+    before = _paste(astronaut, coffee, 0.04, (0.1, 0.8))
+    after = _jpeg(_paste(astronaut, coffee, 0.04, (0.85, 0.2)), 80)
+    assert not _verdict(verifier, before, after).accept
+
+
+def test_a_recoloured_region_is_refused(verifier, coffee) -> None:
+    a = np.asarray(coffee).copy()
+    h, w = a.shape[:2]
+    y0, x0, s = h // 3, w // 3, int((0.06 * h * w) ** 0.5)
+    a[y0:y0 + s, x0:x0 + s] = a[y0:y0 + s, x0:x0 + s][..., [2, 0, 1]]  # channels rotated: another hue
+    assert not _verdict(verifier, coffee, Image.fromarray(a)).accept
+
+
+def test_a_different_picture_is_refused(verifier, astronaut, coffee) -> None:
+    v = _verdict(verifier, astronaut, coffee)
+    assert not v.accept and v.reason in ("alignment", "noise", "region", "area")
+
+
+# ---------------------------------------------------------------------------- alignment and descriptor
+def test_phase_correlation_finds_a_known_shift() -> None:
+    rng = np.random.default_rng(1)
+    base = rng.random((96, 96)).astype(np.float32)
+    shifted = np.roll(base, (3, -5), axis=(0, 1))
+    al = align(base, shifted)
+    assert al.scale == pytest.approx(1.0)
+    assert (al.dx, al.dy) == (pytest.approx(-5, abs=0.3), pytest.approx(3, abs=0.3))
+    assert al.peak > 0.5
+
+
+def test_the_descriptor_round_trips_and_stays_small(astronaut) -> None:
+    d = describe(astronaut)
+    back = ImageDescriptor.from_text(d.to_text())
+    assert np.array_equal(back.grey, d.grey) and np.array_equal(back.chroma, d.chroma)
+    assert back.size == astronaut.size
+    assert descriptor_bytes(d) <= DESCRIPTOR_MAX_BYTES + 64
+    assert compare(d, back).changed_area == pytest.approx(0.0, abs=1e-9)
+
+
+@pytest.mark.parametrize("bad", ["", "not base64!", "QUJD", describe(Image.new("RGB", (32, 32))).to_text()[:40]])
+def test_a_corrupt_descriptor_is_a_typed_error(bad) -> None:
+    with pytest.raises(DescriptorError):
+        ImageDescriptor.from_text(bad)
+
+
+def test_an_entry_without_a_descriptor_is_refused_by_default(astronaut) -> None:
+    d = describe(astronaut)
+    assert not ImageChangeVerifier().verify(None, d).accept
+    assert ImageChangeVerifier(missing="accept").verify(None, d).accept
+
+
+def test_the_shipped_rule_is_calibrated() -> None:
+    rule = ImageChangeRule.load()
+    assert rule.source != "built-in defaults"
+    assert 0 < rule.max_region <= 0.05 and 0 < rule.max_area <= 0.05
+
+
+# ---------------------------------------------------------------------------- through the engine
+def _req(text: str, im: Image.Image) -> CacheRequest:
+    return CacheRequest(text=text, images=[im])
+
+
+def _l2_engine(make_engine, **kw):
+    # The tiny random CLIP is only plumbing: the global threshold lets every picture through,
+    # so the local verifier alone decides.
+    return make_engine(**kw, l2_image_threshold=-1.0, l2_prompt_threshold=0.9, tiers=TierOptions(exact=False, l1=False, l2_prescreen=None))
+
+
+def test_an_l2_hit_names_the_image_verifiers_scores(make_engine, astronaut) -> None:
+    eng = _l2_engine(make_engine)
+    eng.update(_req("What is in the picture?", astronaut), "an astronaut")
+    hit = eng.lookup(_req("What is in the picture?", _jpeg(astronaut, 60)))
+    assert hit is not None and hit.tier == "L2"
+    assert {"image_align", "image_changed", "image_region"} <= set(hit.scores)
+    assert "image_region=" in hit.explain()
+
+
+def test_an_l2_refusal_says_where_the_picture_changed(make_engine, astronaut, coffee) -> None:
+    eng = _l2_engine(make_engine)
+    eng.update(_req("What is in the picture?", astronaut), "an astronaut")
+    trace = eng.lookup_explained(_req("What is in the picture?", _paste(astronaut, coffee, 0.06, (0.05, 0.05))))
+    assert trace.hit is None and trace.refused is not None
+    assert trace.refused.reason == "image"
+    assert "a region changed" in trace.refused.detail and "top-left" in trace.refused.detail
+    assert eng.stats()["l2_image_refused"] == 1
+
+
+def _set_descriptors(eng, text: str) -> None:
+    col = eng.store.collection("l2_image")
+    rows = col.get(include=["documents", "embeddings", "metadatas"])
+    col.upsert(ids=rows["ids"], embeddings=rows["embeddings"], metadatas=rows["metadatas"],
+               documents=[text for _ in rows["ids"]])
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_corrupt_stored_descriptor_never_breaks_a_lookup(make_engine, astronaut, strict) -> None:
+    eng = _l2_engine(make_engine, strict=strict, durable=True)
+    eng.update(_req("What is in the picture?", astronaut), "an astronaut")
+    _set_descriptors(eng, "garbage")
+    assert eng.lookup(_req("What is in the picture?", _jpeg(astronaut, 60))) is None  # a counted miss
+    assert eng.stats()["errors"].get("image_verifier") == 1
+
+
+def test_an_entry_stored_without_a_descriptor_is_not_reused(make_engine, astronaut) -> None:
+    eng = _l2_engine(make_engine, durable=True)
+    eng.update(_req("What is in the picture?", astronaut), "an astronaut")
+    _set_descriptors(eng, "")  # as written before descriptors
+    trace = eng.lookup_explained(_req("What is in the picture?", _jpeg(astronaut, 60)))
+    assert trace.hit is None and "no image descriptor" in trace.refused.detail
