@@ -11,6 +11,8 @@ on a loaded machine. How fast a miss is when the server is down is a benchmark's
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import signal
 import threading
@@ -26,7 +28,8 @@ from mlc_integrations import StorageOptions
 
 
 def _server_engine(server: ChromaServer, prefix: str, **kw: Any) -> MLCEngine:
-    return engine(**kw, chroma_host=server.host, chroma_port=server.port, storage=StorageOptions(collection_prefix=prefix))
+    storage = dataclasses.replace(kw.pop("storage", StorageOptions()), collection_prefix=prefix)
+    return engine(**kw, chroma_host=server.host, chroma_port=server.port, storage=storage)
 
 
 class FakeMonotonic:
