@@ -121,9 +121,38 @@ def docs_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text_embedder:
         set_llm_cache(None)
 
 
+# ``print(x)  # => shown output`` states what the line prints: checked. In the shown
+# output ``...`` stands for anything (ids, timings); decimals may differ by 0.005
+# (float sums differ between CPUs); everything else must match.
+EXPECT = re.compile(r"^(\s*)print\((.*)\)\s*#\s*=>\s*(.*?)\s*$")
+NUMBER = re.compile(r"-?\d+\.\d+")
+
+
+def with_output_checks(code: str) -> str:
+    return "\n".join(EXPECT.sub(lambda m: f"{m.group(1)}__expect__(lambda: print({m.group(2)}), {m.group(3)!r})", line)
+                     for line in code.splitlines())
+
+
+def expect_output(produce: Any, shown: str) -> None:
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        produce()
+    printed = buf.getvalue().strip()
+    pattern = ".*".join(r"(-?\d+\.\d+)".join(re.escape(t) for t in NUMBER.split(part))
+                        for part in shown.split("..."))
+    m = re.fullmatch(pattern, printed, re.S)
+    assert m is not None, f"printed {printed!r}, the docs show {shown!r}"
+    for got, want in zip(m.groups(), NUMBER.findall(shown.replace("...", " "))):
+        assert abs(float(got) - float(want)) <= 0.005, f"printed {printed!r}, the docs show {shown!r}"
+
+
 def _run(snippet: Snippet, namespace: dict[str, Any]) -> None:
+    namespace.setdefault("__expect__", expect_output)
     try:
-        exec(compile(snippet.code, snippet.where, "exec"), namespace)
+        exec(compile(with_output_checks(snippet.code), snippet.where, "exec"), namespace)
     except Exception as exc:
         raise AssertionError(f"the code block at {snippet.where} raised {type(exc).__name__}: {exc}") from exc
 
@@ -203,3 +232,14 @@ def test_a_relative_persist_directory_follows_the_working_directory(tmp_path: Pa
     finally:
         a.close()
         b.close()
+
+
+def test_shown_outputs_are_checked() -> None:
+    expect_output(lambda: print("tier=L1 entry=27267946aaa9 text=0.9661"), "tier=L1 entry=... text=0.966")
+    with pytest.raises(AssertionError):
+        expect_output(lambda: print("tier=L2 entry=1 text=0.966"), "tier=L1 entry=... text=0.966")
+    with pytest.raises(AssertionError):
+        expect_output(lambda: print("text=0.900"), "text=0.966")
+    assert "__expect__" in with_output_checks("print(x)  # => 1")
+    shown = [s for d in documents() for s in snippets(d) if EXPECT.search(s.code) or "# =>" in s.code]
+    assert len(shown) >= 5  # the README and the adapter docs state their outputs

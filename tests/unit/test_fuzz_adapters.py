@@ -407,7 +407,9 @@ def test_langchain_hostile_prompts_never_raise(lc_caches: Any, prompt: str, scop
     cache = lc_caches["default"]
     if cache.lookup(prompt, scope) is None:
         cache.update(prompt, scope, [ChatGeneration(message=AIMessage(content="x"))])
-    assert cache.lookup(prompt, scope) is None or cache.last_hit is not None
+    again = cache.lookup(prompt, scope)
+    assert again is None or (cache.last_hit is not None and again[0].message.content == "x")
+    _only_bad_input_failed(cache)
 
 
 @CI
@@ -416,6 +418,19 @@ async def test_langchain_hostile_prompts_never_raise_async(lc_caches: Any, promp
     cache = lc_caches["tenant-b"]
     if await cache.alookup(prompt, LC_SCOPES[0]) is None:
         await cache.aupdate(prompt, LC_SCOPES[0], [ChatGeneration(message=AIMessage(content="y"))])
+    again = await cache.alookup(prompt, LC_SCOPES[0])
+    assert again is None or again[0].message.content == "y"  # never another prompt's answer
+    _only_bad_input_failed(cache)
+
+
+BAD_INPUT_ERRORS = ("InvalidRequestError", "ImageDecodeError", "ImageTooLargeError", "PayloadError")
+
+
+def _only_bad_input_failed(cache: Any) -> None:
+    """A fail-open cache never raises, so "never raises" alone proves nothing: every
+    failure it counted must be the bad input's, never a bug of ours swallowed as a miss."""
+    errors = cache.engine.stats()["errors"]
+    assert all(k.split(":")[-1] in BAD_INPUT_ERRORS for k in errors), errors
 
 
 # ---------------------------------------------------------------------- LlamaIndex
