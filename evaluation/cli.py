@@ -53,14 +53,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from .experiments import demo
     from .report import write_report
 
-    print("MLC demo: VQA stream + camera stream through set_llm_cache(MultimodalSemanticCache(...)),")
-    print(f"embedded Chroma, offline models (text: all-MiniLM-L6-v2, L2: mlc-easyvqa-tiny), "
-          f"backend: ground-truth oracle sleeping {args.latency_ms:g} ms per call (not a real model).\n")
+    from mlc_integrations.image_encoders import DEFAULT_IMAGE_ENCODER
+
+    print("MLC demo: VQA, camera and real-video streams through set_llm_cache(MultimodalSemanticCache()) as shipped")
+    print(f"(embedded Chroma, offline models: text all-MiniLM-L6-v2, L2 {DEFAULT_IMAGE_ENCODER} + local change "
+          f"verifier); backend: ground-truth oracle sleeping {args.latency_ms:g} ms per call (not a real model).\n")
     exp = demo(latency_ms=args.latency_ms, seed=args.seed, persist_directory=args.dir)
     md = write_report(exp, args.out, "demo")
     for wl in exp.workloads:
         base = next(r for r in exp.results if r.workload == wl.name and r.config == "no cache")
-        mlc = next(r for r in exp.results if r.workload == wl.name and r.config == "MLC defaults")
+        mlc = next(r for r in exp.results if r.workload == wl.name and r.config == "MLC as shipped")
         tiers = ", ".join(f"{t}: {n}" + (f" ({mlc.tier_wrong[t]} wrong)" if mlc.tier_wrong.get(t) else "")
                           for t, n in sorted(mlc.tier_hits.items())) or "none"
         print(f"{wl.name}: {mlc.n} requests | hits {mlc.hits} ({mlc.hit_rate:.1%}) by tier: {tiers}")

@@ -274,27 +274,26 @@ def demo(
     video: bool = True,
     progress: bool = True,
 ) -> Experiment:
-    """The main job: VQA stream and camera stream through
-    ``set_llm_cache(MultimodalSemanticCache(...))`` on embedded Chroma with the offline
-    models, next to the same streams without a cache; with ``video``, also the real
-    camera stream (vtest.avi / tree.avi, quick size) answered by the real Lite2
-    classifier, L2 on the default image encoder."""
+    """The main job: the cache exactly as shipped (``MultimodalSemanticCache()`` with
+    only its directory chosen: embedded Chroma, offline models, L2 on the default image
+    encoder with its local change verifier) on a VQA stream, a camera stream of
+    synthetic scenes and, with ``video``, real camera video with a checked annotation
+    (vtest.avi, tree.avi), next to the same streams without a cache."""
     import tempfile
 
     from mlc_integrations.image_encoders import DEFAULT_IMAGE_ENCODER
     from mlc_integrations.langchain import MultimodalSemanticCache
 
     t0 = time.perf_counter()
-    _phase("demo: building the streams (easy-vqa VQA, camera" + (", video)" if video else ")"), progress)
+    _phase("demo: building the streams (easy-vqa VQA, camera" + (", real video)" if video else ")"), progress)
     wls = [build("vqa", quick=False, seed=seed), build("camera", quick=False, seed=seed)]
     wls[0].items = wls[0].items[:200]
     if video:
-        wls.append(build("video", quick=True, seed=seed))
+        wls.append(build("camera-video", quick=True, seed=seed))
     oracle = GroundTruthOracle(latency_s=latency_ms / 1000.0)
     exp = Experiment("demo", wls, backend_labels={"oracle": oracle.label})
-    _phase("demo: loading the models (all-MiniLM-L6-v2, mlc-easyvqa-tiny"
-           + (f", {DEFAULT_IMAGE_ENCODER} and the Lite2 classifier)" if video else ")"), progress)
-    warm_models(image_encoders=[DEFAULT_IMAGE_ENCODER] if video else [])
+    _phase(f"demo: loading the models (all-MiniLM-L6-v2, {DEFAULT_IMAGE_ENCODER})", progress)
+    warm_models(image_encoders=[DEFAULT_IMAGE_ENCODER])
     own = persist_directory is None
     directory = persist_directory or tempfile.mkdtemp(prefix="mlc-demo-")
     total = 2 * sum(len(w.items) for w in wls)
@@ -303,21 +302,17 @@ def demo(
     for i, wl in enumerate(wls):
         key, backend = backend_for(wl, latency_ms)
         exp.backend_labels[key] = backend.label
-        path = os.path.join(directory, wl.name)
-        if key == "classifier":
-            backend.classify([_picture(wl.items[0].image)])  # load before timing
-            cache = MultimodalSemanticCache(persist_directory=path, image_encoder=DEFAULT_IMAGE_ENCODER)
-            label = f"MultimodalSemanticCache (embedded Chroma, defaults, L2 on {DEFAULT_IMAGE_ENCODER})"
-        else:
-            cache = MultimodalSemanticCache(persist_directory=path, image_encoder="mlc-easyvqa-tiny")
-            label = "MultimodalSemanticCache (embedded Chroma, defaults, L2 on mlc-easyvqa-tiny)"
+        # What a user gets: MultimodalSemanticCache() as shipped, only its directory chosen.
+        cache = MultimodalSemanticCache(persist_directory=os.path.join(directory, wl.name))
+        label = f"MultimodalSemanticCache() as shipped (embedded Chroma, L2 on {DEFAULT_IMAGE_ENCODER})"
         n, calls = len(wl.items), (f"the {latency_ms:g} ms oracle" if key == "oracle" else f"the {key}")
         _phase(f"demo [{2 * i + 1}/{steps}]: {wl.name}, {n} requests without a cache (every one calls {calls})",
                progress, bar, f"{wl.name} no cache")
         exp.results.append(run_workload(wl, None, backend, config="no cache", label="no cache", progress=bar))
         _phase(f"demo [{2 * i + 2}/{steps}]: {wl.name}, {n} requests through MultimodalSemanticCache", progress, bar,
                f"{wl.name} MLC")
-        exp.results.append(run_workload(wl, cache, backend, config="MLC defaults", label=label, progress=bar))
+        exp.results.append(run_workload(wl, cache, backend, config="MLC as shipped", label=label, progress=bar))
+        cache.close()
     if bar is not None:
         bar.close()
     if own:

@@ -99,6 +99,39 @@ def video_stream(videos: Sequence[str] = VIDEOS, stride: int = 2, max_frames: Op
     )
 
 
+def camera_truth_stream(vtest_frames: int = 80, quality: int = 90, seed: int = 0) -> Workload:
+    """Real camera streams with a truth that does not flicker (issue 24): consecutive
+    sampled frames of vtest.avi (people walking; "How many people are in this frame?",
+    answered from the checked annotation in ``evaluation/data/video_truth.json``) and of
+    tree.avi (wind, then a hand; "What is in this frame?"). The backend answers the
+    annotation (the ground-truth oracle), so a reuse is right exactly when the reused
+    frame's answer is the new frame's. Runs on the checkout's excerpts when the full
+    videos are absent (the first ``vtest_frames`` sampled frames exist in both). ``seed``
+    is unused: frames come in recorded order."""
+    from .video_truth import load_annotation
+
+    ann = load_annotation()
+    items: list[WorkItem] = []
+    counts = {}
+    for name, answer in (("vtest.avi", lambda r: f"{r['people']} people"), ("tree.avi", lambda r: r["answer"])):
+        spec = ann[name]
+        rows = sorted(spec["frames"], key=lambda r: r["frame"])[: vtest_frames if name == "vtest.avi" else None]
+        frames = video_frames(name, stride=int(spec["stride"]), max_frames=len(rows))
+        rows = rows[: len(frames)]
+        truths = [answer(r) for r in rows]
+        for frame, truth, kind in zip(frames, truths, _label_kinds(truths, f"first frame of {name}")):
+            items.append(WorkItem(spec["question"], truth, kind, imageops.jpeg_bytes(frame, quality), "image/jpeg"))
+        counts[name] = len(rows)
+    return Workload(
+        name="camera-video",
+        description=(f"real camera video frames ({', '.join(f'{k}: {v}' for k, v in counts.items())}, JPEG q{quality}); "
+                     "truth = the checked annotation (people per vtest frame, tree / hand)"),
+        items=items,
+        multimodal=True,
+        meta={"videos": counts, "quality": quality, "truth": "evaluation/data/video_truth.json"},
+    )
+
+
 def classified_photo_stream(seed: int = 0, variants_per_photo: int = 3, classifier: str = CLASSIFIER) -> Workload:
     """The real pictures of :mod:`.photos` once each, then near-duplicates of them in
     random order; truth = the classifier's answer for each picture as sent."""

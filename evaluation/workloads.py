@@ -300,6 +300,12 @@ def _video_stream(**kw: object) -> Workload:
     return video_stream(**kw)  # type: ignore[arg-type]
 
 
+def _camera_truth_stream(**kw: object) -> Workload:
+    from .image_streams import camera_truth_stream
+
+    return camera_truth_stream(**kw)  # type: ignore[arg-type]
+
+
 def _classified_photo_stream(**kw: object) -> Workload:
     from .image_streams import classified_photo_stream
 
@@ -399,6 +405,7 @@ WORKLOADS: dict[str, Callable[..., Workload]] = {
     "qqp": qqp_stream,
     "contextual": contextual_stream,
     "video": _video_stream,  # real camera frames, real classifier (image_streams.py)
+    "camera-video": _camera_truth_stream,  # real camera frames, checked annotation (image_streams.py)
     "photo-classes": _classified_photo_stream,
     "scenes": _scenes,
     "scenes-edit": _scenes_edit,
@@ -412,6 +419,7 @@ SIZES: dict[str, dict[str, dict[str, int]]] = {
     "qqp": {"full": {"n_pairs": 300}, "quick": {"n_pairs": 40}},
     "contextual": {"full": {}, "quick": {"n": 25}},
     "video": {"full": {"stride": 4}, "quick": {"stride": 8, "max_frames": 40}},
+    "camera-video": {"full": {"vtest_frames": 159}, "quick": {"vtest_frames": 80}},
     "photo-classes": {"full": {"variants_per_photo": 3}, "quick": {"variants_per_photo": 1}},
     "scenes": {"full": {"n_sessions": 32}, "quick": {"n_sessions": 2}},
     "scenes-edit": {"full": {"n_scenes": 16}, "quick": {"n_scenes": 1}},

@@ -232,19 +232,26 @@ def test_demo_reports_each_phase_on_stderr(monkeypatch, capsys) -> None:
     monkeypatch.setattr(experiments, "warm_models", lambda **kw: None)
     monkeypatch.setattr(experiments, "run_workload", run_workload)
     monkeypatch.setattr(experiments, "attach_speedups", lambda results: None)
-    monkeypatch.setattr("mlc_integrations.langchain.MultimodalSemanticCache", lambda **kw: object())
+    class Shipped:  # MultimodalSemanticCache as the demo builds it: only a directory chosen
+        def __init__(self, **kw: Any) -> None:
+            assert set(kw) == {"persist_directory"}, kw
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr("mlc_integrations.langchain.MultimodalSemanticCache", Shipped)
     experiments.demo(latency_ms=1, video=False, progress=True)
     err = capsys.readouterr().err.splitlines()
     assert err == [
         "demo: building the streams (easy-vqa VQA, camera)",
-        "demo: loading the models (all-MiniLM-L6-v2, mlc-easyvqa-tiny)",
+        "demo: loading the models (all-MiniLM-L6-v2, efficientnet-lite0)",
         "demo [1/4]: vqa, 3 requests without a cache (every one calls the 1 ms oracle)",
         "demo [2/4]: vqa, 3 requests through MultimodalSemanticCache",
         "demo [3/4]: camera, 2 requests without a cache (every one calls the 1 ms oracle)",
         "demo [4/4]: camera, 2 requests through MultimodalSemanticCache",
     ]
-    assert [(w, c) for w, c, _bar in seen] == [("vqa", "no cache"), ("vqa", "MLC defaults"), ("camera", "no cache"),
-                                              ("camera", "MLC defaults")]
+    assert [(w, c) for w, c, _bar in seen] == [("vqa", "no cache"), ("vqa", "MLC as shipped"), ("camera", "no cache"),
+                                              ("camera", "MLC as shipped")]
     bars = {id(b) for _w, _c, b in seen}
     assert len(bars) == 1 and seen[0][2] is not None and seen[0][2].total == 10, "one bar over the whole demo"
     experiments.demo(latency_ms=1, video=False, progress=False)

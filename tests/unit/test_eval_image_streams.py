@@ -38,12 +38,12 @@ def test_video_frames_decode_in_order_from_the_full_video_or_the_excerpt() -> No
     some = video_frames(path, stride=5, max_frames=3)
     assert len(every) >= 11 and len(some) == 3
     assert [f.tobytes() for f in some] == [every[i].tobytes() for i in (0, 5, 10)]
-    assert some[0].mode == "RGB" and some[0].size == ((320, 240) if step == 1 else (160, 120))
+    assert some[0].mode == "RGB" and some[0].size in ((320, 240), (160, 120))  # the full video or the excerpt
 
 
 def test_a_bare_video_name_counts_its_stride_in_original_frames() -> None:
-    path, step = video_source("tree.avi")
-    assert [f.tobytes() for f in video_frames("tree.avi", stride=2 * step, max_frames=2)] == \
+    path, step = video_source("vtest.avi")
+    assert [f.tobytes() for f in video_frames("vtest.avi", stride=2 * step, max_frames=2)] == \
         [f.tobytes() for f in video_frames(path, stride=2, max_frames=2)]
 
 
@@ -51,7 +51,7 @@ def test_the_checkout_carries_excerpts_of_both_videos() -> None:
     from evaluation.paths import REPO_DATA
 
     for name in ("vtest.avi", "tree.avi"):
-        assert len(video_frames(REPO_DATA / "video" / name, stride=1)) >= 17
+        assert len(video_frames(REPO_DATA / "video" / name, stride=1)) >= 68
 
 
 def test_classifier_truth_is_what_the_backend_answers_for_the_bytes_sent() -> None:
