@@ -232,8 +232,9 @@ class MultimodalTier(_SemanticTier):
         if not self._store_fingerprinted:
             return False
         fps = self.encoders.fingerprints(kr)
-        near, _complete = self.entries.neighbours("l2_fprint", fps[0], kr.partitions()["l2_image"][0],
-                                                  self.prescreen_threshold, FINGERPRINT_MODEL)
+        # One near fingerprint is enough: the best row alone is read (not every frame of a static scene).
+        near, _saturated = self.entries.nearest("l2_fprint", fps[0], kr.partitions()["l2_image"][0],
+                                                self.prescreen_threshold, FINGERPRINT_MODEL, 1)
         if near:
             return False
         self.stats.incr("l2_prescreened")
