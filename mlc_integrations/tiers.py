@@ -119,7 +119,7 @@ class _SemanticTier:
         img = self._image_check(cand, kr)
         if img is not None:
             if not img.accept:
-                kr.features.setdefault("refusals", []).append(Refusal(
+                kr.scratch.setdefault("refusals", []).append(Refusal(
                     tier=self.name, entry_id=cand.entry_id, matched_text=found.text,
                     scores=dict(scores, **img.scores()), thresholds=dict(thresholds), reason="image",
                     detail=img.detail))
