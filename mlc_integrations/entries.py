@@ -389,6 +389,44 @@ class EntryStore:
             return _newest(mine, pending), not saturated
         return _newest(mine, pending), False
 
+    def nearest(self, tier: str, vec: np.ndarray, part: str, threshold: float, model: str, k: int,
+                documents: bool = False) -> tuple[list[tuple[str, float, dict[str, Any], Optional[str]]], bool]:
+        """The best ``k`` rows of partition ``part`` at or above ``threshold``, best first, as
+        (id, similarity, metadata, document): one ANN query that reads the metadata (and
+        documents) of those ``k`` rows only, never of every row over the threshold (L2: at
+        most a few candidates are ever examined). An unfiltered top-k first (its cost does
+        not grow with other scopes' rows); only when that top-k is full of rows above the
+        threshold from *other* partitions, one query filtered on ``part`` in Chroma.
+        Returns (rows, saturated): saturated = ``k`` rows of the partition passed, so more may exist."""
+        dim = int(vec.shape[0])
+        emb = [vec.tolist()]
+        include = ["distances", "metadatas"] + (["documents"] if documents else [])
+        pending = self.pending.neighbours(tier, vec, part, threshold) if self.pending is not None else []
+        mine: list[tuple[str, float, dict[str, Any], Optional[str]]] = []
+        for where in (None, {"part": part}):
+            def run(where: Any = where) -> Any:
+                return self.store.collection(tier, dim=dim, model=model).query(
+                    query_embeddings=emb, n_results=k, where=where, include=include)
+
+            res = self.store.call(f"query {tier}", run)
+            ids = res["ids"][0] if res["ids"] else []
+            metas = (res.get("metadatas") or [[None] * len(ids)])[0] or [None] * len(ids)
+            docs = (res.get("documents") or [[None] * len(ids)])[0] if documents else [None] * len(ids)
+            # A stored row without a document reads as "" (written before descriptors); None = not read.
+            rows = [(i, float(min(1.0, 1.0 - d)), m or {}, (doc if isinstance(doc, str) else "") if documents else None)
+                    for i, d, m, doc in zip(ids, res["distances"][0], metas, docs or [None] * len(ids))]
+            above = [r for r in rows if r[1] >= threshold]
+            mine = [r for r in above if r[2].get("part") == part]
+            if where is None and len(above) >= k and len(mine) < k:
+                self._stats.incr(f"search_filtered_{tier}")  # other partitions crowd the top-k
+                continue
+            break
+        if pending:
+            newer = {rid for rid, _s, _m in pending}
+            mine = [r for r in mine if r[0] not in newer] + [(rid, s, m, None) for rid, s, m in pending]
+            mine.sort(key=lambda r: -r[1])
+        return mine[:k], len(mine) >= k
+
     def _metadatas(self, tier: str, ids: list[str]) -> dict[str, dict[str, Any]]:
         res = self.store.call(f"get {tier}", lambda: self.store.collection(tier).get(ids=ids, include=["metadatas"]))
         return {i: (m or {}) for i, m in zip(res["ids"], res["metadatas"])}

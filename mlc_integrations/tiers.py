@@ -50,6 +50,8 @@ DEFAULT_L2_PRESCREEN = 0.5
 # Local image comparisons per lookup (best candidates first): ~3 ms each; a candidate
 # beyond the budget is refused unexamined (a miss costs a backend call, a wrong reuse more).
 MAX_IMAGE_CHECKS = 6
+# Rows the L2 image query returns (and reads metadata and descriptors of): the best few only.
+L2_QUERY_K = 8
 
 
 @dataclass
@@ -230,8 +232,9 @@ class MultimodalTier(_SemanticTier):
         if not self._store_fingerprinted:
             return False
         fps = self.encoders.fingerprints(kr)
-        near, _complete = self.entries.neighbours("l2_fprint", fps[0], kr.partitions()["l2_image"][0],
-                                                  self.prescreen_threshold, FINGERPRINT_MODEL)
+        # One near fingerprint is enough: the best row alone is read (not every frame of a static scene).
+        near, _saturated = self.entries.nearest("l2_fprint", fps[0], kr.partitions()["l2_image"][0],
+                                                self.prescreen_threshold, FINGERPRINT_MODEL, 1)
         if near:
             return False
         self.stats.incr("l2_prescreened")
@@ -256,7 +259,10 @@ class MultimodalTier(_SemanticTier):
             try:
                 news = self.encoders.image_descriptors(kr)
                 rows = [image_row_id(cand.entry_id, i) for i in range(len(news))]
-                stored = self.entries.image_descriptors(rows)
+                known = kr.features.get("l2_docs", {})  # read with the ANN query
+                stored = {r: known[r] for r in rows if r in known}
+                if len(stored) < len(rows):
+                    stored.update(self.entries.image_descriptors([r for r in rows if r not in stored]))
                 v = None
                 for row, new in zip(rows, news):
                     v = self.image_verifier.verify(stored.get(row), new)
@@ -285,31 +291,55 @@ class MultimodalTier(_SemanticTier):
             return None
         img_vecs = self.encoders.image_vecs(kr, clip)
         prompt_vec = self.encoders.prompt_vec(kr, clip)
-        n = len(kr.images)
         parts = kr.partitions()
-        # A valid candidate passes every image threshold, so the complete set of entries
-        # over the threshold for image 0 holds them all. When that set is too large (one
-        # picture asked about many times), the prompt side bounds it.
-        found, complete = self.entries.neighbours("l2_image", img_vecs[0], parts["l2_image"][0],
-                                                  self.image_threshold, self.encoders.image_model)
-        cand_ids = {str(m.get("entry_id")) for _i, _s, m in found}
-        if not complete:
-            p_found, p_complete = self.entries.neighbours("l2_prompt", prompt_vec, parts["l2_prompt"],
-                                                          self.prompt_threshold, self.encoders.prompt_model)
-            p_ids = {eid for eid, _s, _m in p_found}
-            cand_ids = p_ids if p_complete else cand_ids | p_ids
-        if not cand_ids:
-            return None
-        ids = sorted(cand_ids)
+        # Only the best few stored pictures are ever examined (MAX_IMAGE_CHECKS local
+        # comparisons), so the ANN query asks for L2_QUERY_K rows and reads the metadata
+        # and descriptors of those alone -- never of every stored frame over the threshold
+        # (a camera watching a static scene: all of them pass a low global threshold).
+        found, saturated = self.entries.nearest(
+            "l2_image", img_vecs[0], parts["l2_image"][0], self.image_threshold, self.encoders.image_model,
+            L2_QUERY_K, documents=self.image_verifier is not None)
+        docs = kr.features.setdefault("l2_docs", {})
+        image0: dict[str, float] = {}
+        for rid, sim, meta, doc in found:
+            eid = str(meta.get("entry_id") or rid.rpartition("#")[0])
+            image0.setdefault(eid, sim)
+            if doc is not None:
+                docs[rid] = doc or None
+        cands = self._candidates(kr, image0, img_vecs, prompt_vec)
+        if not cands and saturated:
+            # One picture asked about many times: the best pictures' prompts all differ from
+            # this one; the prompt side finds the entries about this question instead.
+            p_found, _ = self.entries.nearest("l2_prompt", prompt_vec, parts["l2_prompt"], self.prompt_threshold,
+                                              self.encoders.prompt_model, L2_QUERY_K)
+            ids = [rid for rid, _s, _m, _d in p_found if rid not in image0]
+            vecs0 = self.entries.vectors("l2_image", [image_row_id(e, 0) for e in ids])
+            extra = {e: float(np.dot(img_vecs[0], vecs0[image_row_id(e, 0)])) for e in ids if image_row_id(e, 0) in vecs0}
+            cands = self._candidates(kr, {e: s for e, s in extra.items() if s >= self.image_threshold}, img_vecs,
+                                     prompt_vec)
+        if self.image_verifier is not None:  # candidates past the comparison budget would be refused unread
+            cands = cands[:MAX_IMAGE_CHECKS]
+        return self._accept_best(cands, kr, now)
+
+    def _candidates(self, kr: KeyedRequest, image0: dict[str, float], img_vecs: np.ndarray,
+                    prompt_vec: np.ndarray) -> list[Candidate]:
+        """Entries (with their first picture's similarity) whose every picture and prompt pass
+        their thresholds, best margin first: one read of their prompt vectors (and of the
+        other pictures' vectors for a request with several)."""
+        if not image0:
+            return []
+        ids = sorted(image0)
+        n = len(kr.images)
         prompt_vecs = self.entries.vectors("l2_prompt", ids)
-        image_vecs = self.entries.vectors("l2_image", [image_row_id(e, i) for e in ids for i in range(n)])
+        more = (self.entries.vectors("l2_image", [image_row_id(e, i) for e in ids for i in range(1, n)])
+                if n > 1 else {})
         cands: list[Candidate] = []
         for eid in ids:
             pv = prompt_vecs.get(eid)
-            ivs = [image_vecs.get(image_row_id(eid, i)) for i in range(n)]
+            ivs = [more.get(image_row_id(eid, i)) for i in range(1, n)]
             if pv is None or any(v is None for v in ivs):
                 continue
-            img_sim = min(float(np.dot(img_vecs[i], ivs[i])) for i in range(n))  # type: ignore[arg-type]
+            img_sim = min([image0[eid]] + [float(np.dot(img_vecs[i], ivs[i - 1])) for i in range(1, n)])  # type: ignore[arg-type]
             p_sim = float(np.dot(prompt_vec, pv))
             if img_sim >= self.image_threshold and p_sim >= self.prompt_threshold:
                 cands.append(Candidate(
@@ -318,6 +348,4 @@ class MultimodalTier(_SemanticTier):
                     {"image": self.image_threshold, "prompt": self.prompt_threshold},
                 ))
         cands.sort(key=lambda c: -c.margin)
-        if self.image_verifier is not None:  # candidates past the comparison budget would be refused unread
-            cands = cands[:MAX_IMAGE_CHECKS]
-        return self._accept_best(cands, kr, now)
+        return cands

@@ -1,0 +1,74 @@
+"""L2 reads only the best few candidates of its image query (issue 24 follow-up).
+
+A camera watching a static scene stores many frames that all pass a low global
+threshold; a lookup must still read the metadata and descriptors of at most
+``L2_QUERY_K`` rows, not of every stored frame. One picture asked about many times
+still finds the entry about the same question (the prompt side bounds the search).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from mlc_integrations import CacheRequest, TierOptions
+from mlc_integrations.tiers import L2_QUERY_K, MAX_IMAGE_CHECKS
+
+
+def _frame(i: int) -> Image.Image:
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 255, (96, 96, 3), dtype=np.uint8)
+    base[40:56, 40:56] = (i * 7) % 255  # every frame differs a little (another pixel digest)
+    return Image.fromarray(base)
+
+
+def _engine(make_engine, **kw):
+    # Every stored picture passes the global threshold (-1): the worst case for the read volume.
+    return make_engine(durable=True, l2_image_threshold=-1.0, l2_prompt_threshold=0.9,
+                       tiers=TierOptions(exact=False, l1=False, l2_prescreen=None, **kw))
+
+
+def _count_rows_read(eng):
+    seen: list[tuple[str, int]] = []
+    orig = eng.store.call
+
+    def counting(what, fn):
+        out = orig(what, fn)
+        if isinstance(out, dict) and what.startswith(("get", "query")):
+            ids = out.get("ids") or []
+            n = sum(len(x) for x in ids) if ids and isinstance(ids[0], list) else len(ids)
+            if any(out.get(k) is not None for k in ("metadatas", "documents", "embeddings")):
+                seen.append((what, n))
+        return out
+
+    eng.store.call = counting
+    return seen
+
+
+def test_the_query_size_leaves_room_for_every_local_comparison() -> None:
+    assert L2_QUERY_K >= MAX_IMAGE_CHECKS
+
+
+@pytest.mark.parametrize("verifier", ["default", None])
+def test_a_lookup_reads_at_most_the_best_few_rows_however_many_frames_pass(make_engine, verifier) -> None:
+    eng = _engine(make_engine, image_verifier=verifier)
+    for i in range(3 * L2_QUERY_K):
+        eng.update(CacheRequest(text="How many people are in the street?", images=[_frame(i)]), f"{i} people")
+    reads = _count_rows_read(eng)
+    eng.lookup(CacheRequest(text="How many people are in the street?", images=[_frame(999)]))
+    assert reads, "the lookup read nothing"
+    assert all(n <= L2_QUERY_K for _what, n in reads), reads
+    assert len(reads) <= 4, reads  # image query, prompt vectors, entry (and at most one more)
+
+
+def test_one_picture_asked_many_questions_still_finds_the_same_question(make_engine) -> None:
+    eng = _engine(make_engine, image_verifier=None)
+    pic = _frame(1)
+    questions = [f"Is there a {thing} in the picture?" for thing in
+                 ("cat", "dog", "car", "tree", "house", "boat", "bird", "horse", "train", "chair", "lamp", "clock")]
+    assert len(questions) > L2_QUERY_K
+    for q in questions:
+        eng.update(CacheRequest(text=q, images=[pic]), q.split()[3])
+    hit = eng.lookup(CacheRequest(text="Is there a cat in the picture?", images=[_frame(2)]))
+    assert hit is not None and hit.tier == "L2" and hit.payload == "cat"
