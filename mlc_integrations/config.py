@@ -96,6 +96,12 @@ class TierOptions:
       shipped :class:`~mlc_integrations.verify.image_change.ImageChangeVerifier`; None =
       global similarity alone, which reuses answers across edited pictures:
       docs/image-change.md).
+    * ``image_evidence``: where that comparison's evidence about each stored picture (a
+      96-pixel grey version of it and a 24-pixel colour map) lives. ``"memory"``: in this
+      process only, never at rest; a picture stored by another process or before a
+      restart is then not reused through L2 (a counted refusal). ``"store"`` (opt-in):
+      also in Chroma, so L2 reuses across processes and restarts -- and a small picture of
+      every stored image sits at rest.
     """
 
     exact: bool = True
@@ -105,6 +111,7 @@ class TierOptions:
     l2_prescreen: Optional[float] = DEFAULT_L2_PRESCREEN
     n_candidates: int = 16
     image_verifier: Any = "default"
+    image_evidence: str = "memory"
 
 
 @dataclass(frozen=True)

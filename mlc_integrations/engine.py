@@ -158,7 +158,8 @@ class MLCEngine:
                            max_prompt_chars=limits.max_prompt_chars)
         self.durable = strict if durable is None else bool(durable)
         self.pending: Optional[PendingEntries] = None
-        self.entries = EntryStore(self.store, self._stats, on_deleted=self._forget)
+        self.entries = EntryStore(self.store, self._stats, on_deleted=self._forget,
+                                  image_evidence=tiers.image_evidence)
         self.eviction = Eviction(self.entries, self._stats, clock, max_entries=max_entries,
                                  policy=storage.eviction_policy)
         if not self.durable:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
+from ._lru import LRU
 from .errors import PayloadError
 from .stats import EngineStats
 from .storage import ChromaStore
@@ -213,18 +214,29 @@ class EntryStore:
     """Entries in Chroma: put, live get, neighbours, vectors, delete, clear, count."""
 
     def __init__(self, store: ChromaStore, stats: EngineStats,
-                 on_deleted: Optional[Callable[[list[str]], None]] = None) -> None:
+                 on_deleted: Optional[Callable[[list[str]], None]] = None, *,
+                 image_evidence: str = "memory", evidence_memo_items: int = 4096) -> None:
+        """``image_evidence``: where the image-change descriptors live (a 96-px grey
+        picture and a 24-px colour map: verify/image_change.py). ``"memory"`` (default):
+        in this process only, bounded (``evidence_memo_items`` pictures, ~10 kB each),
+        never at rest -- an entry whose descriptor is not here (another process's, from
+        before a restart, or evicted) is not reused through L2 (a counted refusal).
+        ``"store"``: also in the l2_image rows' documents, at rest in Chroma (opt-in)."""
+        if image_evidence not in ("memory", "store"):
+            raise ValueError(f"image_evidence must be 'memory' or 'store', not {image_evidence!r}")
         self.store = store
         self._stats = stats
         self._on_deleted = on_deleted  # whatever else tracks entries forgets them (access log, verifier)
         # Write-behind (writebehind.py): entries accepted but not yet written; reads see them first.
         self.pending: "Optional[PendingEntries]" = None  # entries accepted, not yet written (attach_pending)
-
-    # ------------------------------------------------------------------ writes
+        self.evidence_at_rest = image_evidence == "store"
+        self._evidence: "LRU[str, str]" = LRU(evidence_memo_items)  # l2_image row id -> descriptor text
 
     def attach_pending(self, pending: "PendingEntries") -> None:
         """Serve lookups from the write-behind queue too (its entries are the newest)."""
         self.pending = pending
+
+    # ------------------------------------------------------------------ writes
     def put(self, e: NewEntry) -> None:
         """Write one entry now (see :meth:`put_many`)."""
         self.put_many([e])
@@ -248,7 +260,11 @@ class EntryStore:
             for model in dict.fromkeys(_model_of(e, tier) for e in rows):
                 group = [e for e in rows if _model_of(e, tier) == model]
                 ids, vecs, metas, docs = _rows(group, tier)
-                extra = {"documents": docs} if tier == "l2_image" else {}
+                if tier == "l2_image":
+                    for rid, doc in zip(ids, docs):
+                        if doc:
+                            self._evidence.put(rid, doc)
+                extra = {"documents": docs if self.evidence_at_rest else [""] * len(docs)} if tier == "l2_image" else {}
                 self.store.call(f"upsert {tier}", lambda t=tier, m=model, i=ids, v=vecs, md=metas, x=extra: self.store.collection(
                     t, dim=len(v[0]), model=m).upsert(ids=i, embeddings=v, metadatas=md, **x))
 
@@ -257,6 +273,9 @@ class EntryStore:
         ids = list(ids)
         if not ids:
             return
+        gone = set(ids)
+        for rid in [r for r, _d in self._evidence.items() if r.rpartition("#")[0] in gone]:
+            self._evidence.pop(rid)
         for tier in DELETE_ORDER:
             if tier in IMAGE_ROW_TIERS:
                 self.store.call(f"delete {tier}", lambda t=tier: self.store.collection(t).delete(
@@ -277,6 +296,8 @@ class EntryStore:
                                  else clauses[0] if len(clauses) == 1 else {"$and": clauses})
         for tier in DELETE_ORDER:
             self.store.call(f"clear {tier}", lambda t=tier: self.store.collection(t).delete(where=where))
+        if not clauses:
+            self._evidence.clear()
 
     def write_last_access(self, pending: dict[str, float]) -> None:
         """Persist buffered last-access times (never moving one backwards)."""
@@ -440,10 +461,17 @@ class EntryStore:
             eid, _, idx = rid.rpartition("#")
             p = self.pending.get(eid) if self.pending is not None else None
             if p is None:
-                rest.append(rid)
+                remembered = self._evidence.get(rid)
+                if remembered is not None:
+                    out[rid] = remembered
+                else:
+                    rest.append(rid)
                 continue
             descs = p.image_descriptors() or []
             out[rid] = descs[int(idx)] if int(idx) < len(descs) and descs[int(idx)] else None
+        if rest and not self.evidence_at_rest:
+            out.update({rid: None for rid in rest})  # never stored at rest: not this process's picture
+            rest = []
         if rest:
             res = self.store.call("get l2_image", lambda: self.store.collection("l2_image").get(
                 ids=rest, include=["documents"]))

@@ -249,7 +249,7 @@ class MultimodalTier(_SemanticTier):
         picture refuses; an unreadable stored descriptor is a counted refusal, never an error."""
         if self.image_verifier is None:
             return None
-        seen: dict[str, ImageVerdict] = kr.features.setdefault("image_verdicts", {})
+        seen: dict[str, ImageVerdict] = kr.scratch.setdefault("image_verdicts", {})
         v = seen.get(cand.entry_id)
         if v is not None:
             return v
@@ -259,8 +259,8 @@ class MultimodalTier(_SemanticTier):
             try:
                 news = self.encoders.image_descriptors(kr)
                 rows = [image_row_id(cand.entry_id, i) for i in range(len(news))]
-                known = kr.features.get("l2_docs", {})  # read with the ANN query
-                stored = {r: known[r] for r in rows if r in known}
+                known = kr.scratch.get("l2_docs", {})  # read with the ANN query
+                stored = {r: known[r] for r in rows if known.get(r)}
                 if len(stored) < len(rows):
                     stored.update(self.entries.image_descriptors([r for r in rows if r not in stored]))
                 v = None
@@ -299,7 +299,7 @@ class MultimodalTier(_SemanticTier):
         found, saturated = self.entries.nearest(
             "l2_image", img_vecs[0], parts["l2_image"][0], self.image_threshold, self.encoders.image_model,
             L2_QUERY_K, documents=self.image_verifier is not None)
-        docs = kr.features.setdefault("l2_docs", {})
+        docs = kr.scratch.setdefault("l2_docs", {})
         image0: dict[str, float] = {}
         for rid, sim, meta, doc in found:
             eid = str(meta.get("entry_id") or rid.rpartition("#")[0])

@@ -334,13 +334,38 @@ EDGE_TOLERANCE = 0.25  # share of the local 3x3 grey range added to the threshol
 CELL_CHANGED = 0.2  # a cell whose share of changed pixels reaches this is a changed cell
 
 
+FLAT_STD = 0.02  # grey standard deviation (0-1) under which a picture has no structure to align
+FLAT_BRIGHTNESS = (0.75, 1.33)  # a flat picture may be this much darker or brighter (exposure) ...
+FLAT_CHROMA_TOL = 12.0  # ... and its opponent colour may move this much (of 127.5) beyond that scaling
+
+
+def _same_flat_colour(stored: "ImageDescriptor", new: "ImageDescriptor") -> bool:
+    """Two flat pictures show the same colour when one is the other under an exposure
+    change: grey scaled within :data:`FLAT_BRIGHTNESS`, opponent colour scaled alike."""
+    ga, gb = float(stored.grey.mean()), float(new.grey.mean())
+    gain = gb / max(ga, 1.0)
+    if not FLAT_BRIGHTNESS[0] <= gain <= FLAT_BRIGHTNESS[1] and abs(gb - ga) > 8.0:
+        return False
+    oa = stored.chroma.astype(np.float32).reshape(2, -1).mean(axis=1) - 128.0
+    ob = new.chroma.astype(np.float32).reshape(2, -1).mean(axis=1) - 128.0
+    return bool(np.max(np.abs(ob - gain * oa)) <= FLAT_CHROMA_TOL)
+
+
 def compare(stored: ImageDescriptor, new: ImageDescriptor) -> ChangeReport:
     """Align ``new`` onto ``stored`` and measure what changed (see module docstring)."""
     a = stored.grey.astype(np.float32) / 255.0
     b = new.grey.astype(np.float32) / 255.0
-    al = align(a, b)
+    # A featureless picture (a flat colour, a blank page) has no shift to find: phase
+    # correlation has no peak there, and nothing can be misaligned -- compare as it is.
+    flat = max(float(a.std()), float(b.std())) < FLAT_STD
+    al = Alignment(1.0, 0.0, 0.0, 1.0) if flat else align(a, b)
     n = a.shape[0]
     rep = ChangeReport(peak=al.peak, scale=al.scale, shift=float(np.hypot(al.dx, al.dy)) / n)
+    if flat and not _same_flat_colour(stored, new):
+        # The global grey/colour matching below would explain any flat colour by any other.
+        rep.overlap, rep.changed_area, rep.colour_area, rep.largest_region = 1.0, 1.0, 1.0, 1.0
+        rep.where = "everywhere"
+        return rep
     bw = _warp(b, al.scale, al.dx, al.dy, fill=-1.0)
     valid = bw >= 0.0
     # Pixels next to the border of what the new picture covers are resampled from the fill: leave them out.

@@ -167,8 +167,10 @@ def test_camera_frames_of_one_scene_reuse_the_answer_without_errors(camera) -> N
     # Frames differ in pixels, so only L2 can match them; every later frame of a scene does.
     hits = camera["hits_by_tier"]
     assert hits["L0.5"] == hits["L1"] == 0
-    # 16 later frames; measured: all 16 hit with mlc-easyvqa-tiny (lowest similarity 0.97).
-    assert hits["L2"] >= 12 and camera["model_calls"] == camera["frames"] - hits["L2"]
+    # 16 later frames. Measured: 11 hit with mlc-easyvqa-tiny and the image-change verifier
+    # (16 without it); the verifier refuses some of easy-vqa's 64-px frames shifted by 2-3 px
+    # with noise -- its known shortfall on tiny synthetic pictures (docs/image-change.md).
+    assert hits["L2"] >= 10 and camera["model_calls"] == camera["frames"] - hits["L2"]
     assert camera["wrong_with_cache"] == 0 == camera["wrong_without_cache"]
     for f in camera["frames_detail"]:
         if f["hit"] == "L2":

@@ -24,7 +24,7 @@ from mlc_integrations.verify.image_change import (
     describe,
     descriptor_bytes,
 )
-from mlc_integrations import TierOptions
+from mlc_integrations import StorageOptions, TierOptions
 
 skdata = pytest.importorskip("skimage.data")
 
@@ -184,10 +184,11 @@ def _req(text: str, im: Image.Image) -> CacheRequest:
     return CacheRequest(text=text, images=[im])
 
 
-def _l2_engine(make_engine, **kw):
+def _l2_engine(make_engine, evidence: str = "memory", **kw):
     # The tiny random CLIP is only plumbing: the global threshold lets every picture through,
     # so the local verifier alone decides.
-    return make_engine(**kw, l2_image_threshold=-1.0, l2_prompt_threshold=0.9, tiers=TierOptions(exact=False, l1=False, l2_prescreen=None))
+    return make_engine(**kw, l2_image_threshold=-1.0, l2_prompt_threshold=0.9,
+                       tiers=TierOptions(exact=False, l1=False, l2_prescreen=None, image_evidence=evidence))
 
 
 def test_an_l2_hit_names_the_image_verifiers_scores(make_engine, astronaut) -> None:
@@ -218,16 +219,50 @@ def _set_descriptors(eng, text: str) -> None:
 
 @pytest.mark.parametrize("strict", [False, True])
 def test_a_corrupt_stored_descriptor_never_breaks_a_lookup(make_engine, astronaut, strict) -> None:
-    eng = _l2_engine(make_engine, strict=strict, durable=True)
+    eng = _l2_engine(make_engine, "store", strict=strict, durable=True)
     eng.update(_req("What is in the picture?", astronaut), "an astronaut")
     _set_descriptors(eng, "garbage")
+    eng.entries._evidence.clear()  # as after a restart: only what is at rest
     assert eng.lookup(_req("What is in the picture?", _jpeg(astronaut, 60))) is None  # a counted miss
     assert eng.stats()["errors"].get("image_verifier") == 1
 
 
 def test_an_entry_stored_without_a_descriptor_is_not_reused(make_engine, astronaut) -> None:
-    eng = _l2_engine(make_engine, durable=True)
+    eng = _l2_engine(make_engine, "store", durable=True)
     eng.update(_req("What is in the picture?", astronaut), "an astronaut")
     _set_descriptors(eng, "")  # as written before descriptors
+    eng.entries._evidence.clear()  # as after a restart: only what is at rest
     trace = eng.lookup_explained(_req("What is in the picture?", _jpeg(astronaut, 60)))
     assert trace.hit is None and "no image descriptor" in trace.refused.detail
+
+
+def test_by_default_no_picture_evidence_is_at_rest_and_another_process_does_not_reuse(make_engine, astronaut) -> None:
+    first = _l2_engine(make_engine, durable=True)
+    first.update(_req("What is in the picture?", astronaut), "an astronaut")
+    assert first.lookup(_req("What is in the picture?", _jpeg(astronaut, 60))) is not None  # this process: reused
+    docs = first.store.collection("l2_image").get(include=["documents"])["documents"]
+    assert docs and all(not d for d in docs)  # nothing of the picture in Chroma
+    other = _l2_engine(make_engine, durable=True,
+                       storage=StorageOptions(client=first.store.client, collection_prefix=first.store.prefix))
+    trace = other.lookup_explained(_req("What is in the picture?", _jpeg(astronaut, 60)))
+    assert trace.hit is None and trace.refused is not None and trace.refused.reason == "image"
+
+
+def test_opting_in_keeps_the_evidence_at_rest_for_other_processes(make_engine, astronaut) -> None:
+    first = _l2_engine(make_engine, "store", durable=True)
+    first.update(_req("What is in the picture?", astronaut), "an astronaut")
+    assert all(first.store.collection("l2_image").get(include=["documents"])["documents"])
+    other = _l2_engine(make_engine, "store", durable=True,
+                       storage=StorageOptions(client=first.store.client, collection_prefix=first.store.prefix))
+    assert other.lookup(_req("What is in the picture?", _jpeg(astronaut, 60))) is not None
+
+
+def test_a_flat_picture_with_one_odd_pixel_is_reused_and_another_flat_colour_is_not() -> None:
+    from mlc_integrations.verify.image_change import ImageChangeVerifier, describe
+
+    red = Image.new("RGB", (64, 64), (220, 30, 30))
+    near = red.copy()
+    near.putpixel((3, 3), (90, 90, 90))
+    verifier = ImageChangeVerifier()
+    assert verifier.verify(describe(red).to_text(), describe(_jpeg(near, 80))).accept
+    assert not verifier.verify(describe(red).to_text(), describe(Image.new("RGB", (64, 64), (30, 30, 220)))).accept

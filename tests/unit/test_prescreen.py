@@ -14,7 +14,7 @@ from mlc_integrations import CacheRequest
 from evaluation import imageops
 from mlc_integrations.images import fingerprint
 from tests.conftest import REPO_DATA
-from mlc_integrations import StorageOptions
+from mlc_integrations import StorageOptions, TierOptions
 
 
 def photo(name: str) -> Image.Image:
@@ -80,11 +80,13 @@ def test_near_duplicate_passes_the_prescreen_and_hits(engine: Any) -> None:
 
 
 def test_cache_without_fingerprints_turns_the_prescreen_off(make_engine: Any) -> None:
-    eng = make_engine(image_encoder="efficientnet-lite0", durable=True)
+    at_rest = TierOptions(image_evidence="store")  # the second engine reads what the first stored
+    eng = make_engine(image_encoder="efficientnet-lite0", durable=True, tiers=at_rest)
     squirrel = photo("squirrel_cls.jpg")
     eng.update(req(squirrel), "a squirrel")
     eng.store.collection("l2_fprint").delete(where={"idx": 0})  # as an older version wrote it
-    again = make_engine(image_encoder="efficientnet-lite0", storage=StorageOptions(client=eng.store.client, collection_prefix=eng.store.prefix))
+    again = make_engine(image_encoder="efficientnet-lite0", tiers=at_rest,
+                        storage=StorageOptions(client=eng.store.client, collection_prefix=eng.store.prefix))
     assert again.lookup(req(imageops.jpeg(squirrel, 70))).tier == "L2"
     assert again.stats()["l2_prescreened"] == 0
 
