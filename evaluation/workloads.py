@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import base64
 import csv
+import importlib
 import json
 import logging
 import os
@@ -293,23 +294,15 @@ def photo_stream(seed: int = 0, variants_per_photo: int = 5) -> Workload:
     )
 
 
-# ---------------------------------------------------------------------------- classified pictures
-def _video_stream(**kw: object) -> Workload:
-    from .image_streams import video_stream
+# ---------------------------------------------------------------------------- builders in other modules
+def _lazy(module: str, name: str) -> Callable[..., Workload]:
+    """A workload builder of another evaluation module, imported on first use (those
+    modules import this one)."""
+    def build(**kw: object) -> Workload:
+        return getattr(importlib.import_module(f"evaluation.{module}"), name)(**kw)
 
-    return video_stream(**kw)  # type: ignore[arg-type]
-
-
-def _camera_truth_stream(**kw: object) -> Workload:
-    from .image_streams import camera_truth_stream
-
-    return camera_truth_stream(**kw)  # type: ignore[arg-type]
-
-
-def _classified_photo_stream(**kw: object) -> Workload:
-    from .image_streams import classified_photo_stream
-
-    return classified_photo_stream(**kw)  # type: ignore[arg-type]
+    build.__name__ = name
+    return build
 
 
 # ---------------------------------------------------------------------------- text
@@ -386,29 +379,17 @@ def contextual_stream(seed: int = 0, n: Optional[int] = None, path: Optional[Pat
     )
 
 
-def _scenes(**kw: object) -> Workload:
-    from .scene_workloads import scene_stream  # imports this module
-
-    return scene_stream(**kw)  # type: ignore[arg-type]
-
-
-def _scenes_edit(**kw: object) -> Workload:
-    from .scene_workloads import edit_stream
-
-    return edit_stream(**kw)  # type: ignore[arg-type]
-
-
 WORKLOADS: dict[str, Callable[..., Workload]] = {
     "vqa": vqa_stream,
     "camera": camera_stream,
     "photos": photo_stream,
     "qqp": qqp_stream,
     "contextual": contextual_stream,
-    "video": _video_stream,  # real camera frames, real classifier (image_streams.py)
-    "camera-video": _camera_truth_stream,  # real camera frames, checked annotation (image_streams.py)
-    "photo-classes": _classified_photo_stream,
-    "scenes": _scenes,
-    "scenes-edit": _scenes_edit,
+    "video": _lazy("image_streams", "video_stream"),  # real camera frames, real classifier (image_streams.py)
+    "camera-video": _lazy("image_streams", "camera_truth_stream"),  # real camera frames, checked annotation (image_streams.py)
+    "photo-classes": _lazy("image_streams", "classified_photo_stream"),
+    "scenes": _lazy("scene_workloads", "scene_stream"),
+    "scenes-edit": _lazy("scene_workloads", "edit_stream"),
 }
 
 # Sizes: full run vs --quick.

@@ -44,6 +44,10 @@ class StorageOptions:
       ``"never"``.
     * ``client``: your own Chroma client (then ``persist_directory``/``chroma_host`` are unused).
     * ``eviction_policy``: which entries ``max_entries`` evicts first, ``"lru"`` or ``"fifo"``.
+
+    Example: two caches in one Chroma server, a slow network::
+
+        MLCEngine(chroma_host="10.0.0.5", storage=StorageOptions(collection_prefix="shop", timeout=15.0))
     """
 
     collection_prefix: str = "mlc"
@@ -61,6 +65,10 @@ class WriteOptions:
     * ``max_pending``: write-behind queue bound; ``update()`` waits when it is full.
     * ``store_prompts``: ``False`` keeps no raw prompt text in Chroma (keys, embeddings and
       responses only).
+
+    Example: bursts of writes, no prompt text at rest::
+
+        MLCEngine(persist_directory=".mlc_cache", writes=WriteOptions(max_pending=2048, store_prompts=False))
     """
 
     max_pending: int = DEFAULT_MAX_PENDING
@@ -71,7 +79,12 @@ class WriteOptions:
 class Limits:
     """Bounds on input; what exceeds them is bad input (a counted miss, or a typed error
     with ``strict=True``). A prompt longer than ``max_prompt_chars`` is still keyed
-    exactly, just not embedded."""
+    exactly, just not embedded.
+
+    Example: phone photos up to 48 MP, short prompts::
+
+        MLCEngine(limits=Limits(max_image_pixels=48_000_000, max_prompt_chars=2000))
+    """
 
     max_image_pixels: int = DEFAULT_MAX_IMAGE_PIXELS
     max_image_bytes: int = DEFAULT_MAX_IMAGE_BYTES
@@ -102,6 +115,10 @@ class TierOptions:
       restart is then not reused through L2 (a counted refusal). ``"store"`` (opt-in):
       also in Chroma, so L2 reuses across processes and restarts -- and a small picture of
       every stored image sits at rest.
+
+    Example: exact and image tiers only, on the int8 text model::
+
+        MLCEngine(tiers=TierOptions(l1=False, text_backend="onnx-int8"))
     """
 
     exact: bool = True
@@ -124,6 +141,10 @@ class VerifierOptions:
     * ``max_false_hit_rate``: error-bounded online mode (None = off); ``explore_rate`` its
       exploration share.
     * ``embedding_head``: the opt-in Quora-tuned embedding head.
+
+    Example: fewer, surer hits::
+
+        MLCEngine(verifier=VerifierOptions(min_precision=0.9))
     """
 
     model: Any = "default"
