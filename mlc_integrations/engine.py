@@ -223,6 +223,7 @@ class MLCEngine:
         # Store first (exact lookups need no model); calls meanwhile wait for its check (ChromaStore.open).
         try:
             self.store.call("open", self.store.open)
+            self.entries.preload()  # exact repeats answered from memory from the first call on
         except Exception as exc:
             log.info("warm start: store not opened (%s); the first call opens it", exc)
         self.warmup()

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 import numpy as np
 
 from ._lru import LRU
+from .exact_index import DEFAULT_REVALIDATE_S, ExactIndex
 from .errors import PayloadError
 from .stats import EngineStats
 from .storage import ChromaStore
@@ -210,6 +211,10 @@ def _newest(rows: list[tuple[str, float, dict[str, Any]]],
 Missing = str  # "absent" | "expired" | "corrupt"
 
 
+# Entries the warm start reads into the exact index (the rest are found in the store on first use).
+PRELOAD_ENTRIES = 10_000
+
+
 class EntryStore:
     """Entries in Chroma: put, live get, neighbours, vectors, delete, clear, count."""
 
@@ -231,6 +236,9 @@ class EntryStore:
         self.pending: "Optional[PendingEntries]" = None  # entries accepted, not yet written (attach_pending)
         self.evidence_at_rest = image_evidence == "store"
         self._evidence: "LRU[str, str]" = LRU(evidence_memo_items)  # l2_image row id -> descriptor text
+        # Exact hits from memory (exact_index.py); re-read after a bound where others may write.
+        shared = store.mode in ("server", "client")
+        self.hot = ExactIndex(revalidate_s=DEFAULT_REVALIDATE_S if shared else None)
 
     def attach_pending(self, pending: "PendingEntries") -> None:
         """Serve lookups from the write-behind queue too (its entries are the newest)."""
@@ -250,9 +258,12 @@ class EntryStore:
         for e in batch:
             if e.has_l2:
                 e.image_vectors()  # a deferred image encoding runs before anything is written
+        metas = [e.meta.to_chroma() for e in batch]
         self.store.call("upsert exact", lambda: self.store.collection("exact").upsert(
             ids=[e.entry_id for e in batch], embeddings=[ChromaStore.dummy_vector()] * len(batch),
-            documents=[e.document for e in batch], metadatas=[e.meta.to_chroma() for e in batch]))
+            documents=[e.document for e in batch], metadatas=metas))
+        for e, meta in zip(batch, metas):
+            self.hot.put(e.entry_id, e.document, meta)
         l2 = [e for e in batch if e.has_l2]
         for tier, rows in (("l1", [e for e in batch if e.text_vec is not None]),
                            ("l2_fprint", [e for e in l2 if e.fprint_vecs is not None]),
@@ -273,6 +284,7 @@ class EntryStore:
         ids = list(ids)
         if not ids:
             return
+        self.hot.forget(ids)
         gone = set(ids)
         for rid in [r for r, _d in self._evidence.items() if r.rpartition("#")[0] in gone]:
             self._evidence.pop(rid)
@@ -298,6 +310,10 @@ class EntryStore:
             self.store.call(f"clear {tier}", lambda t=tier: self.store.collection(t).delete(where=where))
         if not clauses:
             self._evidence.clear()
+            self.hot.clear()
+        else:
+            self.hot.forget_where(lambda m: not ((scope_key is None or m.get("scope") == scope_key)
+                                                 and (ns_key is None or m.get("ns") == ns_key)))
 
     def write_last_access(self, pending: dict[str, float]) -> None:
         """Persist buffered last-access times (never moving one backwards)."""
@@ -313,28 +329,47 @@ class EntryStore:
         if res["ids"]:
             self.store.call("update", lambda: self.store.collection("exact").update(
                 ids=list(res["ids"]), metadatas=metas))
+            for eid, m in zip(res["ids"], metas):
+                self.hot.update_meta(eid, m)
 
     # ------------------------------------------------------------------ reads
+    def preload(self, limit: int = PRELOAD_ENTRIES) -> int:
+        """Fill the exact index from the store (warm start), at most ``limit`` entries; how many."""
+        res = self.store.call("get", lambda: self.store.collection("exact").get(
+            limit=limit, include=["documents", "metadatas"]))
+        for eid, doc, meta in zip(res["ids"], res["documents"], res["metadatas"]):
+            if isinstance(doc, str):
+                self.hot.put(eid, doc, meta or {})
+        return len(res["ids"])
+
     def fetch(self, entry_ids: Sequence[str], now: float) -> dict[str, Union[StoredEntry, Missing]]:
         """The live entries among ``entry_ids`` in one storage call; expired and unreadable
         ones are deleted on the way and reported as "expired" / "corrupt"."""
         out: dict[str, Union[StoredEntry, Missing]] = {}
         ids = []
+        rows: list[tuple[str, Any, Any]] = []
         for eid in dict.fromkeys(entry_ids):
             p = self.pending.get(eid) if self.pending is not None else None
-            if p is None:
-                ids.append(eid)
-            elif p.meta.keys.expires_at <= now:
-                out[eid] = "expired"
+            if p is not None:
+                out[eid] = "expired" if p.meta.keys.expires_at <= now else StoredEntry(
+                    json.loads(p.document), p.meta.to_chroma())
+                continue
+            remembered = self.hot.get(eid)
+            if remembered is not None:
+                rows.append((eid, remembered[0], remembered[1]))
             else:
-                out[eid] = StoredEntry(json.loads(p.document), p.meta.to_chroma())
-        if not ids:
-            return out
-        res = self.store.call(
-            "get", lambda: self.store.collection("exact").get(ids=ids, include=["documents", "metadatas"]))
-        out.update({eid: "absent" for eid in ids})
+                ids.append(eid)
+        if ids:
+            res = self.store.call(
+                "get", lambda: self.store.collection("exact").get(ids=ids, include=["documents", "metadatas"]))
+            out.update({eid: "absent" for eid in ids})
+            self.hot.forget(ids)  # due for a re-read: what the store says now replaces it
+            for eid, doc, meta in zip(res["ids"], res["documents"], res["metadatas"]):
+                rows.append((eid, doc, meta))
+                if isinstance(doc, str):
+                    self.hot.put(eid, doc, meta or {})
         gone: list[str] = []
-        for eid, doc, meta in zip(res["ids"], res["documents"], res["metadatas"]):
+        for eid, doc, meta in rows:
             meta = meta or {}
             if float(meta.get("expires_at", NO_EXPIRY)) <= now:
                 self._stats.incr("expired")
