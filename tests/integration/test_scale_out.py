@@ -12,7 +12,7 @@ from mlc_integrations import CacheRequest
 from mlc_integrations.server import ChromaServer
 from tests.helpers import pattern
 from tests.integration.workers import engine, mp_context, question, same_key_worker, share_worker
-from mlc_integrations import StorageOptions
+from mlc_integrations import StorageOptions, TierOptions
 
 
 def _collect(out: Any, procs: list[Any], timeout: float = 180) -> list[dict[str, Any]]:
@@ -91,8 +91,12 @@ def test_concurrent_updates_of_one_request_leave_one_consistent_entry(chroma_ser
 
 def test_all_three_tiers_on_the_server(chroma_server: ChromaServer, prefix: str, make_engine: Any) -> None:
     """The same engine code, real models included, against the server instead of embedded Chroma."""
-    a = make_engine(chroma_host=chroma_server.host, chroma_port=chroma_server.port, l2_image_threshold=0.9, l2_prompt_threshold=0.8, durable=True, storage=StorageOptions(collection_prefix=prefix))  # b reads what a acknowledged
-    b = make_engine(chroma_host=chroma_server.host, chroma_port=chroma_server.port, l2_image_threshold=0.9, l2_prompt_threshold=0.8, storage=StorageOptions(collection_prefix=prefix))
+    # b reads what a acknowledged; L2 across engines needs the image evidence at rest (opt-in)
+    shared = dict(chroma_host=chroma_server.host, chroma_port=chroma_server.port, l2_image_threshold=0.9,
+                  l2_prompt_threshold=0.8, storage=StorageOptions(collection_prefix=prefix),
+                  tiers=TierOptions(image_evidence="store"))
+    a = make_engine(durable=True, **shared)
+    b = make_engine(**shared)
     assert a.stats()["config"]["storage"] == "server"
     img = pattern(11)
     a.update(CacheRequest(text="What color is the square?", images=[img], scope="m"), "blue")
