@@ -9,6 +9,8 @@ Schema (version :data:`SCHEMA_VERSION`, metadata key ``v``):
   response as JSON, metadata = :class:`EntryMeta`.
 * ``l1`` and ``l2_prompt``: one row per entry, id = the entry id, embedding = the text
   (prompt) vector, metadata = the entry's keys + ``part`` (its partition).
+* ``l1_static``: the same rows with the text's static vector (the L1 pre-screen:
+  no stored static vector near a new text = no sentence-model run on the caller's path).
 * ``l2_image``: one row per image of an entry, id = ``"{entry_id}#{i}"``, metadata as
   above + ``idx`` and ``entry_id``.
 * ``l2_fprint``: the same rows with each image's pixel fingerprint (the L2 pre-screen:
@@ -40,8 +42,10 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 NO_EXPIRY = 1e18
-WRITE_ORDER = ("exact", "l1", "l2_fprint", "l2_image", "l2_prompt")  # response first, vectors last
-DELETE_ORDER = ("l2_image", "l2_fprint", "l2_prompt", "l1", "exact")  # vectors first, response last
+# A pre-screen row goes before the row it screens for (and is deleted after it): a crash in
+# between leaves a screen with nothing behind it (a miss), never a vector the screen hides.
+WRITE_ORDER = ("exact", "l1_static", "l1", "l2_fprint", "l2_image", "l2_prompt")  # response first, vectors last
+DELETE_ORDER = ("l2_image", "l2_fprint", "l2_prompt", "l1", "l1_static", "exact")  # vectors first, response last
 IMAGE_ROW_TIERS = ("l2_image", "l2_fprint")  # one row per image, id "{entry_id}#{i}"
 TEXT_META_CHARS = 4096
 ANSWER_META_CHARS = 8192
@@ -113,6 +117,10 @@ class NewEntry:
     partitions: dict[str, Any]
     text_vec: Optional[np.ndarray] = None
     text_model: str = ""
+    static_vec: Optional[np.ndarray] = None  # the L1 pre-screen's vector (static_text.py)
+    static_model: str = ""
+    # Write-behind: the sentence model runs in the writer when the lookup was pre-screened.
+    embed_text: Optional[Callable[[], np.ndarray]] = None
     image_vecs: Optional[np.ndarray] = None
     image_model: str = ""
     prompt_vec: Optional[np.ndarray] = None
@@ -121,6 +129,17 @@ class NewEntry:
     fprint_model: str = ""
     # Write-behind: the image encoder runs in the writer (or when a lookup needs the vectors).
     embed_images: Optional[Callable[[], np.ndarray]] = None
+
+    @property
+    def has_l1(self) -> bool:
+        return self.text_vec is not None or self.embed_text is not None
+
+    def text_vector(self) -> Optional[np.ndarray]:
+        """The text vector, computed now if it was deferred."""
+        if self.text_vec is None and self.embed_text is not None:
+            self.text_vec = self.embed_text()
+            self.embed_text = None
+        return self.text_vec
 
     @property
     def has_l2(self) -> bool:
@@ -151,7 +170,7 @@ class StoredEntry:
 
 
 def _model_of(e: NewEntry, tier: str) -> str:
-    return {"l1": e.text_model, "l2_image": e.image_model, "l2_prompt": e.prompt_model,
+    return {"l1": e.text_model, "l1_static": e.static_model, "l2_image": e.image_model, "l2_prompt": e.prompt_model,
             "l2_fprint": e.fprint_model}[tier]
 
 
@@ -169,10 +188,10 @@ def _rows(group: Sequence[NewEntry], tier: str) -> tuple[list[str], list[list[fl
                 vecs.append(v.tolist())
                 metas.append(keys.metadata(idx=i, entry_id=e.entry_id, part=e.partitions["l2_image"][i]))
         else:
-            vec = e.text_vec if tier == "l1" else e.prompt_vec
+            vec = {"l1": e.text_vec, "l1_static": e.static_vec}.get(tier, e.prompt_vec)
             ids.append(e.entry_id)
             vecs.append(vec.tolist())  # type: ignore[union-attr]
-            metas.append(keys.metadata(part=e.partitions[tier]))
+            metas.append(keys.metadata(part=e.partitions["l1" if tier == "l1_static" else tier]))
     return ids, vecs, metas
 
 
@@ -212,13 +231,16 @@ class EntryStore:
         if not batch:
             return
         for e in batch:
+            if e.has_l1:
+                e.text_vector()  # a deferred text encoding runs before anything is written
             if e.has_l2:
                 e.image_vectors()  # a deferred image encoding runs before anything is written
         self.store.call("upsert exact", lambda: self.store.collection("exact").upsert(
             ids=[e.entry_id for e in batch], embeddings=[ChromaStore.dummy_vector()] * len(batch),
             documents=[e.document for e in batch], metadatas=[e.meta.to_chroma() for e in batch]))
         l2 = [e for e in batch if e.has_l2]
-        for tier, rows in (("l1", [e for e in batch if e.text_vec is not None]),
+        for tier, rows in (("l1_static", [e for e in batch if e.static_vec is not None and e.has_l1]),
+                           ("l1", [e for e in batch if e.has_l1]),
                            ("l2_fprint", [e for e in l2 if e.fprint_vecs is not None]),
                            ("l2_image", l2), ("l2_prompt", l2)):
             for model in dict.fromkeys(_model_of(e, tier) for e in rows):

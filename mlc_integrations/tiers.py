@@ -44,6 +44,11 @@ DEFAULT_L2_PROMPT_THRESHOLD = 0.80
 # 97.5 % of pairs of different pictures (`python -m evaluation.prescreen`,
 # docs/results/prescreen.md).
 DEFAULT_L2_PRESCREEN = 0.5
+# The L1 pre-screen: a stored static vector (static_text.py) this close to a new text's is
+# needed before the sentence model runs; chosen on training pairs so that pairs the sentence
+# model puts over DEFAULT_L1_THRESHOLD pass it (`python -m evaluation.text_prescreen`,
+# docs/results/text_prescreen.md). None turns it off.
+DEFAULT_L1_PRESCREEN: Optional[float] = 0.51
 
 
 @dataclass
@@ -165,9 +170,35 @@ class _SemanticTier:
 class TextSemanticTier(_SemanticTier):
     name = "L1"
 
-    def __init__(self, *args: object, threshold: float, **kwargs: object) -> None:
+    def __init__(self, *args: object, threshold: float, prescreen_threshold: Optional[float] = DEFAULT_L1_PRESCREEN,
+                 **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.threshold = threshold
+        self.prescreen_threshold = prescreen_threshold
+        self._store_screened: Optional[bool] = None  # every stored L1 row has a static row
+
+    def _prescreened_out(self, kr: KeyedRequest) -> bool:
+        """True when no stored text could reach the retrieval floor: no stored static vector
+        of the same partition is within the pre-screen threshold of the text's. Then the
+        sentence model does not run (its vector for the store is computed by the writer)."""
+        if self.prescreen_threshold is None or "text" in kr.features:  # the vector is free: no screen
+            return False
+        static = self.encoders.static_embedder
+        if static is None:
+            return False
+        if self._store_screened is None:  # entries written before static rows existed
+            self._store_screened = self.entries.count("l1_static") >= self.entries.count("l1")
+            if not self._store_screened:
+                log.info("L1 pre-screen off for this cache: it holds texts stored without static vectors")
+        if not self._store_screened:
+            return False
+        vec = self.encoders.static_vec(kr)
+        near, _complete = self.entries.neighbours("l1_static", vec, kr.partitions()["l1"],  # type: ignore[arg-type]
+                                                  self.prescreen_threshold, static.name)
+        if near:
+            return False
+        self.stats.incr("l1_prescreened")
+        return True
 
     def _cosine(self, cand: Candidate) -> Optional[float]:
         return cand.scores["text"]
@@ -176,6 +207,8 @@ class TextSemanticTier(_SemanticTier):
         return "l1"
 
     def lookup(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
+        if self._prescreened_out(kr):
+            return None
         vec = self.encoders.text_vec(kr)
         found, _complete = self.entries.neighbours("l1", vec, kr.partitions()["l1"], self.threshold,
                                                    self.encoders.text_model)
