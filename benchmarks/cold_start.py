@@ -11,10 +11,11 @@ machine, as on any machine after its first run: ONNX export, static table):
 * ``components``: each loading step alone, in order, with the resident set (RSS) after it:
   imports, engine construction, store open, sentence model (ONNX session), static table,
   verifier + lexicon, image tower, first encodes;
-* ``calls`` (``warm_start=False``: every load lands on the caller's path) and
+* ``calls`` (``warm_start=False``: every load lands on the caller's path),
   ``calls-warm-start`` (the default for a persistent cache: loads run in a background
   thread from construction; the first call is made at once, as a server's first request
-  would be): the first call of each kind — new text question (lookup + update, as the
+  would be) and ``calls-after-warm-start`` (the first call once the warm-up thread has
+  finished, as a server that is ready before taking traffic): the first call of each kind — new text question (lookup + update, as the
   LangChain adapter pays it), exact repeat, reworded question (L1), new picture (lookup +
   update), the same picture re-encoded (L2) — against the median of ``--reps`` warm calls
   of the same kind in the same process; RSS after text-only warm-up and after pictures,
@@ -44,6 +45,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = ("components", "calls", "calls-warm-start", "calls-after-warm-start")
 PHOTOS = REPO / "data" / "photos"
 HEAVY = ("torch", "torchvision", "timm", "open_clip", "onnxruntime", "onnx", "transformers", "sentence_transformers",
          "chromadb", "tokenizers", "langchain_core", "scipy", "sklearn")
@@ -107,7 +109,8 @@ def child_components(cache_dir: str) -> dict[str, Any]:
     step("store open (Chroma client, collections, index check)", lambda: eng.store.open())
     step("sentence model load (backend session)", lambda: eng.encoders.text_embedder._ensure())
     step("first sentence encode", lambda: eng.encoders.text_embedder.embed(["a first question"]))
-    step("static table load (L1 pre-screen)", lambda: eng.encoders.static_embedder)
+    if hasattr(eng.encoders, "static_embedder"):  # absent before the L1 pre-screen existed (--code of an older commit)
+        step("static table load (L1 pre-screen)", lambda: eng.encoders.static_embedder)
     step("verifier + lexicon load", lambda: eng.verification.warmup() if eng.verification else None)
     step("image tower load", lambda: eng.encoders.image_tower)
     from PIL import Image
@@ -120,13 +123,16 @@ def child_components(cache_dir: str) -> dict[str, Any]:
     return {"steps": steps, "text_backend": eng.encoders.text_embedder.backend}
 
 
-def child_calls(cache_dir: str, warm_start: bool, reps: int) -> dict[str, Any]:
+def child_calls(cache_dir: str, warm_start: bool, reps: int, wait_warm: bool = False) -> dict[str, Any]:
     from mlc_integrations import CacheRequest, MLCEngine
 
     t0 = time.perf_counter()
     eng = MLCEngine(persist_directory=cache_dir, warm_start=warm_start)
     construct_ms = (time.perf_counter() - t0) * 1000.0
     out: dict[str, Any] = {"construct_ms": round(construct_ms, 1)}
+    if wait_warm and eng._warm is not None:
+        ms, _ = timed(lambda: eng._warm.join(600))
+        out["warm_start_ms"] = round(ms, 1)
     rows: dict[str, dict[str, Any]] = {}
 
     def req(text: str, image: Optional[bytes] = None) -> CacheRequest:
@@ -186,10 +192,10 @@ def child_calls(cache_dir: str, warm_start: bool, reps: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------- parent
-def run_child(scenario: str, reps: int) -> dict[str, Any]:
+def run_child(scenario: str, reps: int, code: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mlc-cold-") as d:
         cmd = [sys.executable, __file__, "--child", scenario, "--dir", d, "--reps", str(reps)]
-        env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+        env = dict(os.environ, PYTHONPATH=str(code) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
         if res.returncode != 0:
             raise SystemExit(f"{scenario} failed:\n{res.stderr[-4000:]}")
@@ -198,16 +204,17 @@ def run_child(scenario: str, reps: int) -> dict[str, Any]:
 
 def print_report(res: dict[str, Any]) -> None:
     print(f"# Cold start and memory (load average at start {res['load_start']}, at end {res['load_end']}; "
-          f"commit {res['commit']})\n")
+          f"library: {res['commit']}, {res['code']})\n")
     comp = res["components"]
     print(f"## Loading steps in a fresh process (text backend: {comp['text_backend']})\n")
     print("| step | ms | RSS after (MB) | heavy packages imported so far |")
     print("|---|---|---|---|")
     for s in comp["steps"]:
         print(f"| {s['step']} | {s['ms']} | {s['rss_mb']} | {', '.join(s['heavy']) or '-'} |")
-    for name in ("calls", "calls-warm-start"):
+    for name in SCENARIOS[1:]:
         r = res[name]
-        print(f"\n## First call of each kind vs warm ({name}; construction {r['construct_ms']} ms; "
+        waited = f"; warm-up finished {r['warm_start_ms']} ms after construction" if "warm_start_ms" in r else ""
+        print(f"\n## First call of each kind vs warm ({name}; construction {r['construct_ms']} ms{waited}; "
               f"text backend {r['text_backend']})\n")
         print("| call | first (ms) | first outcome | warm median (ms) | warm n | first / warm |")
         print("|---|---|---|---|---|---|")
@@ -224,6 +231,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--code", default=str(REPO), help="the checkout whose mlc_integrations is measured "
+                    "(e.g. an export of an older commit: `git archive C | tar -x -C DIR`)")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--dir", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -231,14 +240,16 @@ def main() -> None:
         if args.child == "components":
             out = child_components(args.dir)
         else:
-            out = child_calls(args.dir, warm_start=args.child == "calls-warm-start", reps=args.reps)
+            out = child_calls(args.dir, warm_start=args.child != "calls", reps=args.reps,
+                              wait_warm=args.child == "calls-after-warm-start")
         print(json.dumps(out))
         return
+    code = Path(args.code).resolve()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=REPO).stdout.strip()
-    res: dict[str, Any] = {"load_start": os.getloadavg(), "commit": commit}
-    for scenario in ("components", "calls", "calls-warm-start"):
-        res[scenario] = run_child(scenario, args.reps)
+                            cwd=code).stdout.strip() or f"code at {code}"
+    res: dict[str, Any] = {"load_start": os.getloadavg(), "commit": commit, "code": str(code)}
+    for scenario in SCENARIOS:
+        res[scenario] = run_child(scenario, args.reps, code)
     res["load_end"] = os.getloadavg()
     print_report(res)
     if args.json:
