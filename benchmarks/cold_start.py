@@ -49,13 +49,13 @@ SCENARIOS = ("components", "calls", "calls-warm-start", "calls-after-warm-start"
 PHOTOS = REPO / "data" / "photos"
 HEAVY = ("torch", "torchvision", "timm", "open_clip", "onnxruntime", "onnx", "transformers", "sentence_transformers",
          "chromadb", "tokenizers", "langchain_core", "scipy", "sklearn")
-# A reworded question the verifier accepts, and new questions (none near another).
-STORED = "What is the capital of France?"
-REWORDED = "What's the capital of France?"
-NEW_TOPICS = ["volcanoes", "jazz", "tax law", "sourdough", "black holes", "chess openings", "knitting", "submarines",
-              "orchids", "medieval castles", "glaciers", "espresso", "origami", "penguins", "solar panels",
-              "haiku", "rugby", "cryptography", "tornadoes", "beekeeping", "violins", "lighthouses", "yoga",
-              "satellites", "cheese making", "coral reefs", "skateboards", "opera", "meteorites", "kayaks"]
+# Questions stored as new ones, each reworded later in a way the verifier accepts.
+STORED = "What is the capital of {}?"
+REWORDED = "What's the capital of {}?"
+COUNTRIES = ["France", "Japan", "Kenya", "Peru", "Norway", "Egypt", "Canada", "Vietnam", "Chile", "Poland",
+             "Ghana", "Nepal", "Spain", "Mexico", "Finland", "Morocco", "Iceland", "Thailand", "Greece", "Cuba",
+             "Austria", "Mongolia", "Portugal", "Senegal", "Ireland", "Bolivia", "Jordan", "Denmark", "Kazakhstan",
+             "Uruguay", "Hungary", "Laos", "Tunisia", "Croatia", "Ecuador", "Latvia"]
 
 
 def rss_mb() -> float:
@@ -84,6 +84,19 @@ def photo_bytes(name: str, quality: Optional[int] = None) -> bytes:
         buf = io.BytesIO()
         im.save(buf, format="JPEG", quality=quality or 95)
         return buf.getvalue()
+
+
+def synthetic_picture(seed: int, size: int = 160) -> bytes:
+    """A picture unlike the photos and unlike each other (random colour blocks)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(1000 + seed)
+    cells = rng.integers(0, 256, size=(4 + seed % 5, 4 + seed % 7, 3), dtype=np.uint8)
+    im = Image.fromarray(cells).resize((size, size), Image.NEAREST)
+    buf = io.BytesIO()
+    im.save(buf, format="PNG")
+    return buf.getvalue()
 
 
 def photo_names() -> list[str]:
@@ -162,25 +175,25 @@ def child_calls(cache_dir: str, warm_start: bool, reps: int, wait_warm: bool = F
                       "warm_n": len(ok), "warm_unexpected": len(warm) - len(ok),
                       "ratio": round(first[0] / med, 1) if ok and med > 0 else None}
 
-    topics = NEW_TOPICS * (1 + reps // len(NEW_TOPICS))
-    first_new = miss(STORED)
-    warm_new = [miss(f"Tell me three facts about {t} (variant {i})") for i, t in enumerate(topics[:reps])]
+    countries = COUNTRIES[: reps + 1]
+    first_new = miss(STORED.format(countries[0]))
+    warm_new = [miss(STORED.format(c)) for c in countries[1:]]
     record("new text question (lookup + update)", first_new, warm_new, "miss")
-    first_exact = look(STORED)
-    warm_exact = [look(STORED) for _ in range(reps)]
+    first_exact = look(STORED.format(countries[0]))
+    warm_exact = [look(STORED.format(c)) for c in countries[1:]]
     record("exact repeat (L0.5)", first_exact, warm_exact, "hit L0.5")
-    first_l1 = look(REWORDED)
-    warm_l1 = [look(f"Tell me 3 facts about {t} (variant {i})") for i, t in enumerate(topics[:reps])]
+    first_l1 = look(REWORDED.format(countries[0]))
+    warm_l1 = [look(REWORDED.format(c)) for c in countries[1:]]
     record("reworded question (L1)", first_l1, warm_l1, "hit L1")
     out["rss_text_only_mb"] = round(rss_mb(), 1)
     out["heavy_text_only"] = heavy_imports()
     names = photo_names()
-    pics = [photo_bytes(n) for n in names]
+    pics = [photo_bytes(n) for n in names] + [synthetic_picture(i) for i in range(max(0, reps + 1 - len(names)))]
     first_pic = miss("What is in this picture?", pics[0])
-    warm_pic = [miss("What is in this picture?", p) for p in (pics[1:] * (1 + reps // max(1, len(pics) - 1)))[:reps]]
+    warm_pic = [miss("What is in this picture?", p) for p in pics[1: reps + 1]]
     record("new picture (lookup + update)", first_pic, warm_pic, "miss")
     first_l2 = look("What is in this picture?", photo_bytes(names[0], quality=80))
-    warm_l2 = [look("What is in this picture?", photo_bytes(n, quality=80)) for n in (names * reps)[:reps]]
+    warm_l2 = [look("What is in this picture?", photo_bytes(n, quality=80)) for n in (names[1:] * reps)[:reps]]
     record("same picture re-encoded (L2)", first_l2, warm_l2, "hit L2")
     out["rss_with_pictures_mb"] = round(rss_mb(), 1)
     out["heavy_with_pictures"] = heavy_imports()

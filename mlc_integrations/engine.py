@@ -247,7 +247,8 @@ class MLCEngine:
         # Store first (exact lookups need no model); calls meanwhile wait for its check (ChromaStore.open).
         try:
             self.store.call("open", self.store.open)
-            pictures = self.entries.count("l2_image") > 0  # no image tower (torch) for text-only traffic
+            self.text_tier.warm()  # collections created now, not on the first call
+            pictures = self.entries.count("l2_image") > 0  # no image tower for text-only traffic
         except Exception as exc:
             log.info("warm start: store not opened (%s); the first call opens it", exc)
             pictures = True
