@@ -386,6 +386,33 @@ class EntryStore:
             return _newest(mine, pending), not saturated
         return _newest(mine, pending), False
 
+    def any_within(self, tier: str, vec: np.ndarray, part: str, threshold: float, model: str) -> bool:
+        """Whether some row of partition ``part`` has similarity >= ``threshold`` to ``vec``
+        (a pre-screen's question), in one round trip as a rule: pending rows first; then the
+        unfiltered top 16 with their metadata -- any of them above the threshold in the
+        partition answers yes, and when not all 16 are above it no other row is; only a
+        top 16 saturated with other partitions' rows asks Chroma for the partition's nearest
+        row (filtered, k=1: its cost grows with the partition's size, so it is the fallback)."""
+        if self.pending is not None and self.pending.neighbours(tier, vec, part, threshold):
+            return True
+        emb = [vec.tolist()]
+        col = self.store.collection(tier, dim=int(vec.shape[0]), model=model)
+        k = SEARCH_STEPS[0][1]
+        res = self.store.call(f"query {tier}", lambda: col.query(query_embeddings=emb, n_results=k,
+                                                                 include=["distances", "metadatas"]))
+        dists = res["distances"][0] if res.get("distances") else []
+        metas = res["metadatas"][0] if res.get("metadatas") else []
+        above = [m or {} for d, m in zip(dists, metas) if 1.0 - float(d) >= threshold]
+        if any(m.get("part") == part for m in above):
+            return True
+        if len(dists) < k or len(above) < len(dists):
+            return False  # the top k is not saturated: it holds every row above the threshold
+        self._stats.incr(f"search_widened_{tier}")
+        res = self.store.call(f"query {tier}", lambda: col.query(query_embeddings=emb, n_results=1,
+                                                                 where={"part": part}, include=["distances"]))
+        dists = res["distances"][0] if res.get("distances") else []
+        return bool(dists) and 1.0 - float(dists[0]) >= threshold
+
     def _metadatas(self, tier: str, ids: list[str]) -> dict[str, dict[str, Any]]:
         res = self.store.call(f"get {tier}", lambda: self.store.collection(tier).get(ids=ids, include=["metadatas"]))
         return {i: (m or {}) for i, m in zip(res["ids"], res["metadatas"])}

@@ -13,6 +13,7 @@ Only a served hit refreshes an entry's LRU access.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -49,6 +50,11 @@ DEFAULT_L2_PRESCREEN = 0.5
 # model puts over DEFAULT_L1_THRESHOLD pass it (`python -m evaluation.text_prescreen`,
 # docs/results/text_prescreen.md). None turns it off.
 DEFAULT_L1_PRESCREEN: Optional[float] = 0.51
+# The pre-screen costs a storage query on every new text and saves an encode only when it
+# settles one: where it settled fewer than SCREEN_MIN_SETTLED of the last SCREEN_WINDOW
+# texts (one large partition: a chat app's single model and context), it runs on one text
+# in SCREEN_RESAMPLE only, to notice when that changes. Skipping it never changes a decision.
+SCREEN_WINDOW, SCREEN_MIN_SETTLED, SCREEN_RESAMPLE = 32, 0.3, 4
 
 
 @dataclass
@@ -176,6 +182,8 @@ class TextSemanticTier(_SemanticTier):
         self.threshold = threshold
         self.prescreen_threshold = prescreen_threshold
         self._store_screened: Optional[bool] = None  # every stored L1 row has a static row
+        self._screened: deque[bool] = deque(maxlen=SCREEN_WINDOW)  # recent outcomes: settled or not
+        self._passed_over = 0
 
     def warm(self) -> None:
         """Open this tier's collections and read whether the store is screened now (warm
@@ -200,9 +208,15 @@ class TextSemanticTier(_SemanticTier):
                 log.info("L1 pre-screen off for this cache: it holds texts stored without static vectors")
         if not self._store_screened:
             return False
+        recent = list(self._screened)
+        if len(recent) == SCREEN_WINDOW and sum(recent) < SCREEN_MIN_SETTLED * SCREEN_WINDOW:
+            self._passed_over += 1
+            if self._passed_over % SCREEN_RESAMPLE:
+                return False  # it rarely settles here lately: the encode is cheaper than asking
         vec = self.encoders.static_vec(kr)
-        near, _complete = self.entries.neighbours("l1_static", vec, kr.partitions()["l1"],  # type: ignore[arg-type]
-                                                  self.prescreen_threshold, static.name)
+        near = self.entries.any_within("l1_static", vec, kr.partitions()["l1"],  # type: ignore[arg-type]
+                                       self.prescreen_threshold, static.name)
+        self._screened.append(not near)
         if near:
             return False
         self.stats.incr("l1_prescreened")

@@ -142,3 +142,16 @@ def test_static_table_is_built_once_per_machine_and_reused(engine: Any, monkeypa
     monkeypatch.setattr(static_text, "distill", lambda *a, **k: pytest.fail("distilled again"))
     assert static_text.build(resolve_text_model(None)) == path
     assert static_text.StaticTextEmbedder.open(resolve_text_model(None)).dim == static_text.DIM
+
+
+def test_a_screen_that_rarely_settles_runs_only_on_a_sample_of_new_texts(engine: Any, monkeypatch: Any) -> None:
+    from mlc_integrations import tiers
+
+    eng, _calls = engine
+    asked: list[str] = []
+    real = eng.entries.any_within
+    monkeypatch.setattr(eng.entries, "any_within", lambda *a, **k: asked.append("q") or real(*a, **k))
+    eng.text_tier._screened.extend([False] * tiers.SCREEN_WINDOW)  # lately it settled nothing
+    for i in range(2 * tiers.SCREEN_RESAMPLE):
+        eng.lookup(req(f"an unrelated new question number {i}"))
+    assert len(asked) == 2  # one new text in SCREEN_RESAMPLE still asks, to notice a change
