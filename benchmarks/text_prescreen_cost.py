@@ -99,7 +99,7 @@ def main() -> None:
     args = ap.parse_args()
     load = os.getloadavg()
     res = run(args.stored, args.n)
-    print(f"# L1 pre-screen cost (load average {load}; {args.stored} stored questions, {args.n} per figure)\n")
+    print(f"# L1 pre-screen cost (load average {load}; {args.stored} stored questions; E and the static vector over {args.n} texts, each lookup figure the median of {args.n // 2})\n")
     print(f"E (one fp32 MiniLM encode of a new text): {res['E_ms']} ms; static vector of a new text: "
           f"{res['static_vector_ms']} ms = {res['static_vector_over_E']}E\n")
     print("| store | new-question lookup, pre-screen on | off | on / E | off / E | settled (on) |")
