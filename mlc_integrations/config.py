@@ -25,7 +25,8 @@ from typing import Any, Optional
 from .eviction import DEFAULT_EVICTION_POLICY
 from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
 from .storage import DEFAULT_SEARCH_EF
-from .tiers import DEFAULT_L2_PRESCREEN
+from .inflight import DEFAULT_WAIT_S
+from .tiers import DEFAULT_L1_PRESCREEN, DEFAULT_L2_PRESCREEN
 from .verify import DEFAULT_EXPLORE_RATE, DEFAULT_MIN_PRECISION
 from .writebehind import DEFAULT_MAX_PENDING
 
@@ -102,8 +103,14 @@ class TierOptions:
       ``$MLC_TEXT_BACKEND``.
     * ``l2_prompt_encoder``: L2's prompt side, ``"text"`` (the L1 sentence model) or
       ``"clip"`` (an open_clip image encoder's text tower).
+    * ``l1_prescreen``: static-embedding cosine under which no stored text can reach the
+      L1 floor, so the sentence model does not run on the caller's path (None = off;
+      docs/results/text_prescreen.md).
     * ``l2_prescreen``: pixel-fingerprint cosine under which no stored picture can match,
       so no image encoder runs (None = off).
+    * ``inflight_wait_s``: an identical request arriving while one is being answered waits
+      up to this long for its answer instead of calling the model again (0 = never wait;
+      inflight.py).
     * ``n_candidates``: neighbours fetched per vector tier.
     * ``image_verifier``: L2's local comparison of the two pictures (``"default"``: the
       shipped :class:`~mlc_integrations.verify.image_change.ImageChangeVerifier`; None =
@@ -125,7 +132,9 @@ class TierOptions:
     l1: bool = True
     text_backend: Optional[str] = None
     l2_prompt_encoder: str = "text"
+    l1_prescreen: Optional[float] = DEFAULT_L1_PRESCREEN
     l2_prescreen: Optional[float] = DEFAULT_L2_PRESCREEN
+    inflight_wait_s: float = DEFAULT_WAIT_S
     n_candidates: int = 16
     image_verifier: Any = "default"
     image_evidence: str = "memory"

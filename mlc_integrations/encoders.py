@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -22,7 +23,8 @@ from .errors import ModelUnavailableError
 from .image_encoders import ImageEncoder, resolve_image_encoder
 from .images import FINGERPRINT_MODEL, fingerprint
 from .keys import KeyedRequest
-from .models import ExternalTextEmbedder, TextEmbedder, resolve_text_backend
+from .models import ExternalTextEmbedder, TextEmbedder, resolve_text_backend, resolve_text_model
+from .static_text import StaticTextEmbedder, shared_static
 from .verify.image_change import ImageDescriptor, describe_memoized
 
 if TYPE_CHECKING:
@@ -54,6 +56,7 @@ class TierEncoders:
                              f"{self.image_encoder.name!r} has none")
         self.l2_enabled = enable_l2 and self.image_encoder is not None
         self._l2_off_reason: Optional[str] = None if self.l2_enabled else "disabled"
+        self._tower_prefetch: Optional[threading.Thread] = None
 
     # ------------------------------------------------------------------ models
     @property
@@ -114,13 +117,14 @@ class TierEncoders:
         """True when L2's prompt similarity is the sentence model's cosine (the verifier's signal)."""
         return self.l2_prompt_encoder == "text"
 
-    def warmup(self, *, text: bool = True) -> dict[str, float]:
-        """Load the models now (seconds per model). Calls made meanwhile wait for the model
+    def warmup(self, *, text: bool = True, image: bool = True) -> dict[str, float]:
+        """Load the models now (seconds per model): the sentence model and its static table
+        (``text``), the image tower (``image``). Calls made meanwhile wait for the model
         they need and never load it twice. Never raises: a model that cannot be had is
         reported by :attr:`l2_status` / the first lookup, as without warm-up."""
         took: dict[str, float] = {}
-        steps = ((("text", lambda: self.text_embedder.embed(["warm up"])),) if text else ()) + (
-            ("image", lambda: self.image_tower if self.l2_enabled else None),)
+        steps = ((("text", lambda: self.text_embedder.embed(["warm up"])), ("static", lambda: self.static_embedder))
+                 if text else ()) + ((("image", lambda: self.image_tower if self.l2_enabled else None),) if image else ())
         for name, load in steps:
             t0 = time.perf_counter()
             try:
@@ -132,7 +136,26 @@ class TierEncoders:
         log.debug("warm-up done: %s", took)
         return took
 
+    @property
+    def static_embedder(self) -> Optional[StaticTextEmbedder]:
+        """The L1 pre-screen's static embedding of the sentence model (built on first use,
+        :mod:`.static_text`); None when it cannot be had (the pre-screen is then off), as
+        for a text model the application brings."""
+        if self._external is not None:
+            return None
+        return shared_static(resolve_text_model(self.text_model_name))
+
     # ------------------------------------------------------------------ vectors (memoized per request)
+    def static_vec(self, kr: KeyedRequest) -> Optional[np.ndarray]:
+        """The text's static vector (the L1 pre-screen), None without a static table."""
+        v = kr.features.get("static")
+        if v is None:
+            static = self.static_embedder
+            if static is None:
+                return None
+            v = kr.features["static"] = static.embed([kr.text])[0]
+        return v
+
     def text_vec(self, kr: KeyedRequest) -> np.ndarray:
         v = kr.features.get("text")
         if v is None:
@@ -149,8 +172,17 @@ class TierEncoders:
             kr.features["clip_text"] = v
         return v
 
+    def prefetch_image_tower(self) -> None:
+        """Start loading the image tower in the background (once): the first picture's
+        lookup calls this, so the load overlaps the model call before its update."""
+        if self._tower_prefetch is None and self.l2_enabled and self.image_encoder is not None:
+            self._tower_prefetch = threading.Thread(target=lambda: self.image_tower, name="mlc-image-tower-load",
+                                                    daemon=True)
+            self._tower_prefetch.start()
+
     def fingerprints(self, kr: KeyedRequest) -> np.ndarray:
         """Pixel fingerprints of the request's pictures (the L2 pre-screen), one row each."""
+        self.prefetch_image_tower()
         v = kr.features.get("fprint")
         if v is None:
             v = np.stack([fingerprint(im.pil) for im in kr.images])  # type: ignore[arg-type]
@@ -175,10 +207,17 @@ class TierEncoders:
 
     def fill_vectors(self, entry: "NewEntry", kr: KeyedRequest, *, l1: bool, l2: bool, defer_images: bool) -> None:
         """Every vector a new entry needs, before anything is written. With
-        ``defer_images`` an image encoding the lookup did not already pay for (it was
-        pre-screened) runs later, in the background writer."""
+        ``defer_images`` (a background writer exists) a text or image encoding the lookup did
+        not already pay for (it was pre-screened) runs later, in the background writer."""
         if l1:
-            entry.text_vec, entry.text_model = self.text_vec(kr), self.text_model
+            entry.text_model = self.text_model
+            static = self.static_vec(kr)
+            if static is not None:
+                entry.static_vec, entry.static_model = static, self.static_embedder.name  # type: ignore[union-attr]
+            if "text" in kr.features or not defer_images:
+                entry.text_vec = self.text_vec(kr)
+            else:
+                entry.embed_text = lambda: self.text_vec(kr)
         clip = self.image_tower if l2 else None
         if clip is None:
             return

@@ -24,6 +24,7 @@ from .eviction import Eviction
 from .images import DecodedImage
 from .keys import Keyer, KeyedRequest, scope_digest
 from .image_encoders import DEFAULT_IMAGE_ENCODER, ImageEncoder
+from .inflight import InFlight, coalesced_in_thread
 from .models import TextEmbedder
 from .request import CacheRequest, Hit, Lookup
 from .stats import EngineStats, engine_stats
@@ -178,7 +179,8 @@ class MLCEngine:
         access = self.eviction.access
         self.exact_tier = ExactTier(self.entries, access)
         common = (self.entries, access, self._stats, self.encoders, self.verification)
-        self.text_tier = TextSemanticTier(*common, threshold=float(l1_threshold))
+        self.text_tier = TextSemanticTier(*common, threshold=float(l1_threshold),
+                                          prescreen_threshold=tiers.l1_prescreen)
         self.multimodal_tier = MultimodalTier(*common, image_threshold=float(l2_image_threshold),
                                               prompt_threshold=float(l2_prompt_threshold),
                                               prescreen_threshold=tiers.l2_prescreen,
@@ -188,6 +190,7 @@ class MLCEngine:
                                           self._dir_lock)
         if self.pending is not None:
             shutdown.install_sigterm_handler()
+        self.inflight = InFlight(tiers.inflight_wait_s)  # identical requests in flight wait for the first's answer (inflight.py)
         self._warm: Optional[threading.Thread] = None
         if warm_start if warm_start is not None else self.store.mode != "ephemeral":
             # A long-lived cache opens its store (index check) and loads its models now, in the background.
@@ -212,9 +215,10 @@ class MLCEngine:
         """Where entries live: "ephemeral", "persistent" or "server"."""
         return self.store.mode
 
-    def warmup(self) -> dict[str, float]:
-        """Load every model the tiers and the verifier use now (seconds per model)."""
-        took = self.encoders.warmup(text=self.enable_l1 or self.enable_l2)
+    def warmup(self, *, images: bool = True) -> dict[str, float]:
+        """Load every model the tiers and the verifier use now (seconds per model); the image
+        tower only with ``images`` (warm start: when the store holds pictures)."""
+        took = self.encoders.warmup(text=self.enable_l1 or self.enable_l2, image=images)
         if self.verification is not None:
             took["lexicon"] = self.verification.warmup()
         return took
@@ -224,9 +228,12 @@ class MLCEngine:
         try:
             self.store.call("open", self.store.open)
             self.entries.preload()  # exact repeats answered from memory from the first call on
+            self.text_tier.warm()  # collections created now, not on the first call
+            pictures = self.entries.count("l2_image") > 0  # no image tower for text-only traffic
         except Exception as exc:
             log.info("warm start: store not opened (%s); the first call opens it", exc)
-        self.warmup()
+            pictures = True
+        self.warmup(images=pictures)
 
     # ------------------------------------------------------------------ keying
     def decode_image(self, value: Any, what: str = "image") -> DecodedImage:
@@ -253,11 +260,29 @@ class MLCEngine:
 
     async def alookup(self, request: CacheRequest) -> Optional[Hit]:
         """Async :meth:`lookup`; model and storage work runs in a worker thread."""
-        return await asyncio.to_thread(self.lookup, request)
+        return await coalesced_in_thread(self.lookup, request)
 
     def lookup_explained(self, request: CacheRequest) -> Lookup:
         """:meth:`lookup` with its reasons: the hit, or the best candidate that was refused
-        (tier, scores, thresholds, what refused it) and each tier's outcome."""
+        (tier, scores, thresholds, what refused it) and each tier's outcome. A miss makes the
+        caller its key's leader until its :meth:`update` (or :meth:`release`): an identical
+        lookup meanwhile waits for that answer (bounded; :mod:`.inflight`)."""
+        return self.inflight.run(self._flight_key(request), self._lookup_explained, request)
+
+    def _flight_key(self, request: CacheRequest) -> Optional[str]:
+        try:
+            return self.key(request).entry_id
+        except Exception:  # bad input: the lookup reports it
+            return None
+
+    def release(self, request: CacheRequest) -> None:
+        """The model call after this request's miss failed: identical requests waiting for
+        its answer stop waiting and call the model themselves."""
+        key = self._flight_key(request)
+        if key is not None:
+            self.inflight.release(key)
+
+    def _lookup_explained(self, request: CacheRequest) -> Lookup:
         t0 = time.perf_counter()
         self._stats.incr("lookups")
         trace = Lookup(hit=None)
@@ -279,7 +304,7 @@ class MLCEngine:
         return trace
 
     async def alookup_explained(self, request: CacheRequest) -> Lookup:
-        return await asyncio.to_thread(self.lookup_explained, request)
+        return await coalesced_in_thread(self.lookup_explained, request)
 
     def _record_latency(self, t0: float, hit: Optional[Hit]) -> float:
         ms = (time.perf_counter() - t0) * 1000.0
@@ -327,8 +352,10 @@ class MLCEngine:
             eid = self._update(request, payload, ttl, answer)
         except Exception as exc:
             self._stats.incr("updates_failed")
+            self.release(request)
             self._fail("update", exc)
             return None
+        self.inflight.stored(eid)
         self._stats.incr("updates")
         self._stats.latency("update", (time.perf_counter() - t0) * 1000.0)
         return eid

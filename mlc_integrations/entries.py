@@ -9,6 +9,8 @@ Schema (version :data:`SCHEMA_VERSION`, metadata key ``v``):
   response as JSON, metadata = :class:`EntryMeta`.
 * ``l1`` and ``l2_prompt``: one row per entry, id = the entry id, embedding = the text
   (prompt) vector, metadata = the entry's keys + ``part`` (its partition).
+* ``l1_static``: the same rows with the text's static vector (the L1 pre-screen:
+  no stored static vector near a new text = no sentence-model run on the caller's path).
 * ``l2_image``: one row per image of an entry, id = ``"{entry_id}#{i}"``, metadata as
   above + ``idx`` and ``entry_id``; document = the picture's image-change descriptor
   (``verify/image_change.py``: base64 of at most ~10 kB, read only for an L2 candidate;
@@ -44,8 +46,10 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 NO_EXPIRY = 1e18
-WRITE_ORDER = ("exact", "l1", "l2_fprint", "l2_image", "l2_prompt")  # response first, vectors last
-DELETE_ORDER = ("l2_image", "l2_fprint", "l2_prompt", "l1", "exact")  # vectors first, response last
+# A pre-screen row goes before the row it screens for (and is deleted after it): a crash in
+# between leaves a screen with nothing behind it (a miss), never a vector the screen hides.
+WRITE_ORDER = ("exact", "l1_static", "l1", "l2_fprint", "l2_image", "l2_prompt")  # response first, vectors last
+DELETE_ORDER = ("l2_image", "l2_fprint", "l2_prompt", "l1", "l1_static", "exact")  # vectors first, response last
 IMAGE_ROW_TIERS = ("l2_image", "l2_fprint")  # one row per image, id "{entry_id}#{i}"
 TEXT_META_CHARS = 4096
 ANSWER_META_CHARS = 8192
@@ -117,6 +121,10 @@ class NewEntry:
     partitions: dict[str, Any]
     text_vec: Optional[np.ndarray] = None
     text_model: str = ""
+    static_vec: Optional[np.ndarray] = None  # the L1 pre-screen's vector (static_text.py)
+    static_model: str = ""
+    # Write-behind: the sentence model runs in the writer when the lookup was pre-screened.
+    embed_text: Optional[Callable[[], np.ndarray]] = None
     image_vecs: Optional[np.ndarray] = None
     image_model: str = ""
     prompt_vec: Optional[np.ndarray] = None
@@ -128,6 +136,17 @@ class NewEntry:
     # Image-change descriptors (one text per image), computed with the image vectors when deferred.
     image_descs: Optional[list[str]] = None
     describe_images: Optional[Callable[[], list[str]]] = None
+
+    @property
+    def has_l1(self) -> bool:
+        return self.text_vec is not None or self.embed_text is not None
+
+    def text_vector(self) -> Optional[np.ndarray]:
+        """The text vector, computed now if it was deferred."""
+        if self.text_vec is None and self.embed_text is not None:
+            self.text_vec = self.embed_text()
+            self.embed_text = None
+        return self.text_vec
 
     @property
     def has_l2(self) -> bool:
@@ -169,7 +188,7 @@ class StoredEntry:
 
 
 def _model_of(e: NewEntry, tier: str) -> str:
-    return {"l1": e.text_model, "l2_image": e.image_model, "l2_prompt": e.prompt_model,
+    return {"l1": e.text_model, "l1_static": e.static_model, "l2_image": e.image_model, "l2_prompt": e.prompt_model,
             "l2_fprint": e.fprint_model}[tier]
 
 
@@ -191,10 +210,10 @@ def _rows(group: Sequence[NewEntry], tier: str) -> tuple[list[str], list[list[fl
                 metas.append(keys.metadata(idx=i, entry_id=e.entry_id, part=e.partitions["l2_image"][i]))
                 docs.append(descs[i] if i < len(descs) else "")
         else:
-            vec = e.text_vec if tier == "l1" else e.prompt_vec
+            vec = {"l1": e.text_vec, "l1_static": e.static_vec}.get(tier, e.prompt_vec)
             ids.append(e.entry_id)
             vecs.append(vec.tolist())  # type: ignore[union-attr]
-            metas.append(keys.metadata(part=e.partitions[tier]))
+            metas.append(keys.metadata(part=e.partitions["l1" if tier == "l1_static" else tier]))
     return ids, vecs, metas, docs
 
 
@@ -256,6 +275,8 @@ class EntryStore:
         if not batch:
             return
         for e in batch:
+            if e.has_l1:
+                e.text_vector()  # a deferred text encoding runs before anything is written
             if e.has_l2:
                 e.image_vectors()  # a deferred image encoding runs before anything is written
         metas = [e.meta.to_chroma() for e in batch]
@@ -265,7 +286,8 @@ class EntryStore:
         for e, meta in zip(batch, metas):
             self.hot.put(e.entry_id, e.document, meta)
         l2 = [e for e in batch if e.has_l2]
-        for tier, rows in (("l1", [e for e in batch if e.text_vec is not None]),
+        for tier, rows in (("l1_static", [e for e in batch if e.static_vec is not None and e.has_l1]),
+                           ("l1", [e for e in batch if e.has_l1]),
                            ("l2_fprint", [e for e in l2 if e.fprint_vecs is not None]),
                            ("l2_image", l2), ("l2_prompt", l2)):
             for model in dict.fromkeys(_model_of(e, tier) for e in rows):
@@ -482,6 +504,33 @@ class EntryStore:
             mine = [r for r in mine if r[0] not in newer] + [(rid, s, m, None) for rid, s, m in pending]
             mine.sort(key=lambda r: -r[1])
         return mine[:k], len(mine) >= k
+
+    def any_within(self, tier: str, vec: np.ndarray, part: str, threshold: float, model: str) -> bool:
+        """Whether some row of partition ``part`` has similarity >= ``threshold`` to ``vec``
+        (a pre-screen's question), in one round trip as a rule: pending rows first; then the
+        unfiltered top 16 with their metadata -- any of them above the threshold in the
+        partition answers yes, and when not all 16 are above it no other row is; only a
+        top 16 saturated with other partitions' rows asks Chroma for the partition's nearest
+        row (filtered, k=1: its cost grows with the partition's size, so it is the fallback)."""
+        if self.pending is not None and self.pending.neighbours(tier, vec, part, threshold):
+            return True
+        emb = [vec.tolist()]
+        col = self.store.collection(tier, dim=int(vec.shape[0]), model=model)
+        k = SEARCH_STEPS[0][1]
+        res = self.store.call(f"query {tier}", lambda: col.query(query_embeddings=emb, n_results=k,
+                                                                 include=["distances", "metadatas"]))
+        dists = res["distances"][0] if res.get("distances") else []
+        metas = res["metadatas"][0] if res.get("metadatas") else []
+        above = [m or {} for d, m in zip(dists, metas) if 1.0 - float(d) >= threshold]
+        if any(m.get("part") == part for m in above):
+            return True
+        if len(dists) < k or len(above) < len(dists):
+            return False  # the top k is not saturated: it holds every row above the threshold
+        self._stats.incr(f"search_widened_{tier}")
+        res = self.store.call(f"query {tier}", lambda: col.query(query_embeddings=emb, n_results=1,
+                                                                 where={"part": part}, include=["distances"]))
+        dists = res["distances"][0] if res.get("distances") else []
+        return bool(dists) and 1.0 - float(dists[0]) >= threshold
 
     def _metadatas(self, tier: str, ids: list[str]) -> dict[str, dict[str, Any]]:
         res = self.store.call(f"get {tier}", lambda: self.store.collection(tier).get(ids=ids, include=["metadatas"]))

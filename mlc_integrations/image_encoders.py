@@ -170,8 +170,10 @@ class EfficientNetLiteEncoder:
         self.card = card
         self.name = card.name
         self.default_image_threshold = card.default_image_threshold
-        self._model: Any = None
+        self._model: Any = None  # what serves embed_images (an ONNX session or the timm model)
+        self._torch: Any = None
         self._load_lock = threading.Lock()
+        self._torch_lock = threading.Lock()
         self._infer_lock = threading.Lock()
         self._image_memo: LRU[str, np.ndarray] = LRU(_IMAGE_MEMO_SIZE)
 
@@ -188,12 +190,35 @@ class EfficientNetLiteEncoder:
         return int(self.load().num_features)
 
     def load(self) -> Any:
-        """The timm model with the packaged weights, in eval mode (loaded once)."""
+        """The serving model, loaded once: the network through ONNX Runtime when it can be
+        had (:mod:`.image_onnx`: no torch in this process), else the timm model."""
         if self._model is None:
             with self._load_lock:
                 if self._model is None:
-                    self._model = self._build()
+                    self._model = self._serving()
         return self._model
+
+    def _serving(self) -> Any:
+        from . import image_onnx
+
+        if image_onnx.wanted():
+            try:
+                session = image_onnx.open_session(self.card, weights_path(self.card))
+                log.info("image encoder %s served through ONNX Runtime", self.name)
+                return session
+            except ModelUnavailableError:
+                raise
+            except Exception as exc:  # the export failed or is not accurate here: torch serves
+                log.info("image encoder %s: ONNX backend unavailable (%s); using torch", self.name, exc)
+        return self.torch_model()
+
+    def torch_model(self) -> Any:
+        """The timm model with the packaged weights, in eval mode (loaded once)."""
+        if self._torch is None:
+            with self._torch_lock:
+                if self._torch is None:
+                    self._torch = self._build()
+        return self._torch
 
     def _build(self) -> Any:
         path = weights_path(self.card)
@@ -215,41 +240,52 @@ class EfficientNetLiteEncoder:
         log.info("loaded image encoder %s (%s, %s)", self.name, self.card.timm_arch, path.name)
         return model
 
-    def preprocess(self, images: Sequence[Any]) -> Any:
-        """A float32 batch tensor (N, 3, S, S) scaled as the weights expect."""
-        import torch
+    def pixels(self, images: Sequence[Any]) -> np.ndarray:
+        """A float32 batch (N, 3, S, S) scaled as the weights expect (numpy: no torch)."""
         from PIL import Image
 
         s = self.card.input_size
         arrs = [np.asarray(im.convert("RGB").resize((s, s), Image.BICUBIC), dtype=np.float32) for im in images]
-        batch = (np.stack(arrs) - 127.5) / 127.5
-        return torch.from_numpy(batch).permute(0, 3, 1, 2).contiguous()
+        return np.ascontiguousarray(((np.stack(arrs) - 127.5) / 127.5).transpose(0, 3, 1, 2))
+
+    def preprocess(self, images: Sequence[Any]) -> Any:
+        """:meth:`pixels` as a torch tensor."""
+        import torch
+
+        return torch.from_numpy(self.pixels(images))
 
     def features(self, batch: Any) -> Any:
-        """Pooled 1280-d features of a preprocessed batch (before the classifier)."""
-        model = self.load()
+        """Pooled 1280-d features of a preprocessed batch (before the classifier), through torch."""
+        model = self.torch_model()
         return model.forward_head(model.forward_features(batch), pre_logits=True)
 
     def logits(self, images: Sequence[Any]) -> np.ndarray:
         """ImageNet-1k logits (the weights' own classifier), not memoized."""
         import torch
 
-        model = self.load()
+        model = self.torch_model()
         batch = self.preprocess(images)
         with self._infer_lock, torch.inference_mode():
             return model(batch).float().numpy()
+
+    def _embed_batch(self, images: Sequence[Any]) -> np.ndarray:
+        """Pooled features of PIL images (not normalized, not memoized), by the serving model."""
+        model = self.load()
+        if hasattr(model, "forward_features"):  # torch serves
+            import torch
+
+            batch = self.preprocess(images)
+            with self._infer_lock, torch.inference_mode():
+                return self.features(batch).float().numpy()
+        with self._infer_lock:
+            return model.features(self.pixels(images))
 
     def embed_images(self, images: Sequence[Any], digests: Sequence[str]) -> np.ndarray:
         """Embed PIL images; memoized by pixel digest."""
         out: list[Optional[np.ndarray]] = [self._image_memo.get(d) for d in digests]
         todo = [i for i, v in enumerate(out) if v is None]
         if todo:
-            import torch
-
-            self.load()
-            batch = self.preprocess([images[i] for i in todo])
-            with self._infer_lock, torch.inference_mode():
-                feats = self.features(batch).float().numpy()
+            feats = self._embed_batch([images[i] for i in todo])
             for i, v in zip(todo, l2_normalize(feats)):
                 self._image_memo.put(digests[i], v)
                 out[i] = v

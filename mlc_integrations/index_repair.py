@@ -40,7 +40,7 @@ import numpy as np
 
 log = logging.getLogger(__name__)
 
-VECTOR_TIERS = ("l1", "l2_fprint", "l2_image", "l2_prompt")  # the exact tier is read by id only
+VECTOR_TIERS = ("l1", "l1_static", "l2_fprint", "l2_image", "l2_prompt")  # the exact tier is read by id only
 _BATCH = 256  # rows per get/upsert while repairing
 _PROCESS_TOKEN = uuid.uuid4().hex  # tells this process from an earlier one that had the same pid
 

@@ -61,6 +61,7 @@ class EngineStats:
             "evictions": counts.get("evictions", 0),
             "expired": counts.get("expired", 0),
             "orphans_removed": counts.get("orphans_removed", 0),
+            "l1_prescreened": counts.get("l1_prescreened", 0),  # L1 lookups that needed no sentence model
             "l2_prescreened": counts.get("l2_prescreened", 0),  # L2 lookups that needed no image encoder
             "l2_image_compared": counts.get("l2_image_compared", 0),  # L2 candidates compared locally
             "l2_image_refused": counts.get("l2_image_refused", 0),  # ... and refused: a region changed, ...
@@ -103,6 +104,7 @@ def engine_stats(engine: "MLCEngine", counters: EngineStats, warm_start: bool) -
         "l2_image_threshold": engine.l2_image_threshold,
         "l2_prompt_threshold": engine.l2_prompt_threshold,
         "image_encoder": engine.encoders.image_model or None,
+        "l1_prescreen": engine.text_tier.prescreen_threshold,
         "l2_prescreen": engine.multimodal_tier.prescreen_threshold,
         "tiers": {
             "L0.5": "on" if engine.enable_exact else "off",
@@ -117,5 +119,6 @@ def engine_stats(engine: "MLCEngine", counters: EngineStats, warm_start: bool) -
         "check_index": engine.store.check_index_mode,
     }
     snap["verification"] = engine.verification.stats() if engine.verification is not None else {"mode": "off"}
+    snap["inflight"] = engine.inflight.stats()  # identical requests that waited for a first one's answer
     snap["index"] = engine.store.index_stats()  # vectors found unreachable after a crash and repaired
     return snap

@@ -26,6 +26,7 @@ import time
 from typing import Any, Callable, Optional, TypeVar
 
 from .errors import StorageError
+from .static_text import RECIPE as STATIC_RECIPE
 from .index_repair import (INDEX_CHECK_MODES, VECTOR_TIERS, IndexCheck, OpenMarkers, PinnedCollection, PinnedIds,
                            default_check_index, repair)
 
@@ -36,6 +37,7 @@ T = TypeVar("T")
 TIER_COLLECTIONS = {
     "exact": "exact",
     "l1": "l1",
+    "l1_static": "l1_static_" + STATIC_RECIPE,  # a new static table starts a new collection
     "l2_image": "l2_image",
     "l2_fprint": "l2_fprint",
     "l2_prompt": "l2_prompt",

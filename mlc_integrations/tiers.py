@@ -15,6 +15,7 @@ Only a served hit refreshes an entry's LRU access.
 from __future__ import annotations
 
 import logging
+from collections import deque
 from dataclasses import dataclass
 from typing import Optional, Sequence, Union
 
@@ -52,6 +53,16 @@ DEFAULT_L2_PRESCREEN = 0.5
 MAX_IMAGE_CHECKS = 6
 # Rows the L2 image query returns (and reads metadata and descriptors of): the best few only.
 L2_QUERY_K = 8
+# The L1 pre-screen: a stored static vector (static_text.py) this close to a new text's is
+# needed before the sentence model runs; chosen on training pairs so that pairs the sentence
+# model puts over DEFAULT_L1_THRESHOLD pass it (`python -m evaluation.text_prescreen`,
+# docs/results/text_prescreen.md). None turns it off.
+DEFAULT_L1_PRESCREEN: Optional[float] = 0.51
+# The pre-screen costs a storage query on every new text and saves an encode only when it
+# settles one: where it settled fewer than SCREEN_MIN_SETTLED of the last SCREEN_WINDOW
+# texts (one large partition: a chat app's single model and context), it runs on one text
+# in SCREEN_RESAMPLE only, to notice when that changes. Skipping it never changes a decision.
+SCREEN_WINDOW, SCREEN_MIN_SETTLED, SCREEN_RESAMPLE = 32, 0.3, 4
 
 
 @dataclass
@@ -186,9 +197,51 @@ class _SemanticTier:
 class TextSemanticTier(_SemanticTier):
     name = "L1"
 
-    def __init__(self, *args: object, threshold: float, **kwargs: object) -> None:
+    def __init__(self, *args: object, threshold: float, prescreen_threshold: Optional[float] = DEFAULT_L1_PRESCREEN,
+                 **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.threshold = threshold
+        self.prescreen_threshold = prescreen_threshold
+        self._store_screened: Optional[bool] = None  # every stored L1 row has a static row
+        self._screened: deque[bool] = deque(maxlen=SCREEN_WINDOW)  # recent outcomes: settled or not
+        self._passed_over = 0
+
+    def warm(self) -> None:
+        """Open this tier's collections and read whether the store is screened now (warm
+        start), not on the first call: creating a Chroma collection costs ~15 ms."""
+        self.entries.count("exact")
+        self.entries.count("l1")
+        if self.prescreen_threshold is not None and self.encoders.static_embedder is not None:
+            self._store_screened = self.entries.count("l1_static") >= self.entries.count("l1")
+
+    def _prescreened_out(self, kr: KeyedRequest) -> bool:
+        """True when no stored text could reach the retrieval floor: no stored static vector
+        of the same partition is within the pre-screen threshold of the text's. Then the
+        sentence model does not run (its vector for the store is computed by the writer)."""
+        if self.prescreen_threshold is None or "text" in kr.features:  # the vector is free: no screen
+            return False
+        static = self.encoders.static_embedder
+        if static is None:
+            return False
+        if self._store_screened is None:  # entries written before static rows existed
+            self._store_screened = self.entries.count("l1_static") >= self.entries.count("l1")
+            if not self._store_screened:
+                log.info("L1 pre-screen off for this cache: it holds texts stored without static vectors")
+        if not self._store_screened:
+            return False
+        recent = list(self._screened)
+        if len(recent) == SCREEN_WINDOW and sum(recent) < SCREEN_MIN_SETTLED * SCREEN_WINDOW:
+            self._passed_over += 1
+            if self._passed_over % SCREEN_RESAMPLE:
+                return False  # it rarely settles here lately: the encode is cheaper than asking
+        vec = self.encoders.static_vec(kr)
+        near = self.entries.any_within("l1_static", vec, kr.partitions()["l1"],  # type: ignore[arg-type]
+                                       self.prescreen_threshold, static.name)
+        self._screened.append(not near)
+        if near:
+            return False
+        self.stats.incr("l1_prescreened")
+        return True
 
     def _cosine(self, cand: Candidate) -> Optional[float]:
         return cand.scores["text"]
@@ -197,6 +250,8 @@ class TextSemanticTier(_SemanticTier):
         return "l1"
 
     def lookup(self, kr: KeyedRequest, now: float) -> Optional[Hit]:
+        if self._prescreened_out(kr):
+            return None
         vec = self.encoders.text_vec(kr)
         found, _complete = self.entries.neighbours("l1", vec, kr.partitions()["l1"], self.threshold,
                                                    self.encoders.text_model)

@@ -32,8 +32,10 @@ def _vectors_of(e: NewEntry, tier: str) -> list[tuple[str, np.ndarray, dict[str,
     """(row id, vector, metadata) of one pending entry's rows in a vector tier. A deferred
     image encoding runs here: a lookup asks for image vectors only after the pre-screen
     found this entry's fingerprint near its picture."""
-    if tier == "l1" and e.text_vec is not None:
-        return [(e.entry_id, e.text_vec, {"part": e.partitions["l1"]})]
+    if tier == "l1" and e.has_l1:  # a deferred text encoding runs here: the pre-screen found this entry near
+        return [(e.entry_id, e.text_vector(), {"part": e.partitions["l1"]})]  # type: ignore[list-item]
+    if tier == "l1_static" and e.static_vec is not None:
+        return [(e.entry_id, e.static_vec, {"part": e.partitions["l1"]})]
     if not e.has_l2:
         return []
     if tier == "l2_prompt":

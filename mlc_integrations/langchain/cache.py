@@ -51,6 +51,7 @@ from ..adapter_kit import (Counters, FailOpen, adapter_engine, LookupRecord, Loo
 from ..conversation import request_from_turns
 from ..engine import MLCEngine
 from ..errors import InvalidRequestError, PayloadError
+from ..inflight import coalesced_in_thread
 from ..images import ImageRef, is_remote_url
 from ..request import DEFAULT_NAMESPACE, CacheRequest, Hit
 from .prompt import ParsedPrompt, PromptParser
@@ -250,8 +251,9 @@ class MultimodalSemanticCache(BaseCache):
         return self._finish(*self._look_up(prompt, llm_string))
 
     async def alookup(self, prompt: str, llm_string: str) -> Optional[RETURN_VAL_TYPE]:
-        # parsing decodes images: off the event loop, like the engine's own work
-        return self._finish(*await asyncio.to_thread(self._look_up, prompt, llm_string))
+        # parsing decodes images: off the event loop, like the engine's own work; an identical
+        # request in flight is waited for on the event loop (inflight.py)
+        return self._finish(*await coalesced_in_thread(self._look_up, prompt, llm_string))
 
     def update(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
         """Store the generations LangChain got from the model for this request."""
@@ -261,11 +263,13 @@ class MultimodalSemanticCache(BaseCache):
         payload = self._fail_open.attempt("generations cannot be stored", generations_payload, gens,
                                           counter="updates_skipped", error=PayloadError, level=logging.INFO,
                                           outcome="response not cached")
-        if payload is None:
-            return
         req, _kind = self._request_or_none(prompt, llm_string, "update")
-        if req is not None:
-            self.engine.update(req, payload, answer=answer_text(gens))
+        if req is None:
+            return
+        if payload is None:  # identical requests waiting for this answer call the model themselves
+            self.engine.release(req)
+            return
+        self.engine.update(req, payload, answer=answer_text(gens))
 
     async def aupdate(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
         await asyncio.to_thread(self.update, prompt, llm_string, return_val)

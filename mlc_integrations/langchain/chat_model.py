@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import aclosing, closing
-from typing import Any, AsyncIterator, ContextManager, Iterator, Optional, Sequence, Union
+from contextlib import aclosing, closing, contextmanager
+from typing import Any, AsyncIterator, Callable, ContextManager, Iterator, Optional, Sequence, Union
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.load import dumps
@@ -37,6 +37,7 @@ from ..adapter_kit import (Counters, FailOpen, adapter_engine, LookupRecord, Loo
                            note_lookup)
 from ..engine import MLCEngine
 from ..errors import PayloadError
+from ..inflight import coalesced_in_thread
 from ..request import CacheRequest, Hit
 from .cache import MultimodalSemanticCache, answer_text, generations_from_payload, generations_payload
 from .replay import as_chunk, cached_generation, finished_generation, inner_callbacks, replay_chunks, swap_model
@@ -261,10 +262,11 @@ class CachedChatModel(BaseChatModel):
 
     async def _aprepare(self, messages: list[BaseMessage], stop: Optional[list[str]],
                         kwargs: dict[str, Any]) -> _Call:
-        return self._finish(await asyncio.to_thread(self._prepare, messages, stop, kwargs))
+        return self._finish(await coalesced_in_thread(self._prepare, messages, stop, kwargs))
 
     def _store(self, request: Optional[CacheRequest], generations: Sequence[ChatGeneration]) -> None:
         if request is None or not generations:
+            self._release(request)
             return
         gens = list(generations)
         payload = self._fail_open.attempt("reply cannot be stored", generations_payload, gens,
@@ -272,6 +274,8 @@ class CachedChatModel(BaseChatModel):
                                           outcome="returned, not cached")
         if payload is not None:
             self.engine.update(request, payload, answer=answer_text(gens))
+        else:
+            self.engine.release(request)  # identical calls waiting for this reply call the model themselves
 
     # ------------------------------------------------------------------ BaseChatModel
     def _generate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
@@ -279,7 +283,8 @@ class CachedChatModel(BaseChatModel):
         call = self._finish(self._prepare(messages, stop, kwargs))
         if call.replay is not None:
             return ChatResult(generations=call.replay)
-        result = self.model.generate([messages], stop=stop, callbacks=inner_callbacks(run_manager), **kwargs)
+        with self._released_on_failure(call):
+            result = self.model.generate([messages], stop=stop, callbacks=inner_callbacks(run_manager), **kwargs)
         reply = ChatResult(generations=list(result.generations[0]), llm_output=result.llm_output)
         self._store(call.request, reply.generations)
         return reply
@@ -289,7 +294,9 @@ class CachedChatModel(BaseChatModel):
         call = await self._aprepare(messages, stop, kwargs)
         if call.replay is not None:
             return ChatResult(generations=call.replay)
-        result = await self.model.agenerate([messages], stop=stop, callbacks=inner_callbacks(run_manager), **kwargs)
+        with self._released_on_failure(call):
+            result = await self.model.agenerate([messages], stop=stop, callbacks=inner_callbacks(run_manager),
+                                                **kwargs)
         reply = ChatResult(generations=list(result.generations[0]), llm_output=result.llm_output)
         await asyncio.to_thread(self._store, call.request, reply.generations)
         return reply
@@ -328,7 +335,21 @@ class CachedChatModel(BaseChatModel):
 
     # ------------------------------------------------------------------ stream bookkeeping
     def _stream_outcome(self, call: _Call) -> "_StreamOutcome":
-        return _StreamOutcome(self._counters, call.request is not None)
+        return _StreamOutcome(self._counters, call.request is not None,
+                              lambda: self._release(call.request))
+
+    def _release(self, request: Optional[CacheRequest]) -> None:
+        """The model call for ``request`` failed: identical calls waiting for it go on (inflight.py)."""
+        if request is not None:
+            self.engine.release(request)
+
+    @contextmanager
+    def _released_on_failure(self, call: _Call) -> Iterator[None]:
+        try:
+            yield
+        except BaseException:
+            self._release(call.request)
+            raise
 
     def _store_stream(self, call: _Call, chunks: list[ChatGenerationChunk]) -> None:
         """Store a stream that has finished, as the reply ``invoke`` would have returned."""
@@ -338,17 +359,17 @@ class CachedChatModel(BaseChatModel):
         generation = self._fail_open.attempt("the finished stream cannot be assembled into a reply",
                                              finished_generation, chunks, counter="unstorable_responses",
                                              error=PayloadError, level=logging.INFO, outcome="streamed, not cached")
-        if generation is not None:
-            self._store(call.request, [generation])
+        self._store(call.request, [generation] if generation is not None else [])
 
 
 class _StreamOutcome:
     """Counts an inner stream that raised or was abandoned (``GeneratorExit``: the caller
     stopped reading); such a stream is never stored."""
 
-    def __init__(self, counters: Counters, keyed: bool) -> None:
+    def __init__(self, counters: Counters, keyed: bool, on_failure: Callable[[], None]) -> None:
         self._counters = counters
         self._keyed = keyed
+        self._on_failure = on_failure
 
     def __enter__(self) -> "_StreamOutcome":
         return self
@@ -356,6 +377,7 @@ class _StreamOutcome:
     def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], tb: Any) -> None:
         if exc_type is not None and self._keyed:
             self._counters.incr("streams_unfinished")
+            self._on_failure()
 
 
 __all__ = ["CachedChatModel"]

@@ -27,8 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any, AsyncGenerator, AsyncIterator, Callable, ContextManager, Generator, Iterable, List, Optional
-from typing import Sequence, Union
+from contextlib import contextmanager
+from typing import Any, AsyncGenerator, AsyncIterator, Callable, ContextManager, Generator, Iterable, Iterator, List
+from typing import Optional, Sequence, Union
 
 from llama_index.core.base.llms.types import (
     ChatMessage,
@@ -51,6 +52,7 @@ from ..adapter_kit import (Counters, FailOpen, adapter_engine, LookupRecord, Loo
 from ..conversation import Part, Turn, request_from_turns
 from ..engine import MLCEngine
 from ..errors import InvalidRequestError, PayloadError
+from ..inflight import coalesced_in_thread
 from ..images import ImageRef
 from ..request import DEFAULT_NAMESPACE, CacheRequest, Hit
 from .keying import ScopeWatch, image_document_input, images_message, kwargs_json, labelled, legacy_args, llm_scope
@@ -276,24 +278,40 @@ class CachedMultiModalLLM(LLM):
         return self._finish(*self._look_up(request, api))
 
     async def _alookup(self, request: Optional[CacheRequest], api: str) -> Any:
-        return self._finish(*await asyncio.to_thread(self._look_up, request, api))
+        # an identical request in flight is waited for on the event loop (inflight.py)
+        return self._finish(*await coalesced_in_thread(self._look_up, request, api))
 
     def _store(self, request: Optional[CacheRequest], response: Optional[Response]) -> None:
-        if request is None or response is None:
+        if request is None:
             return
-        payload = self._fail_open.attempt("response cannot be stored as JSON", response_payload, response,
-                                          counter="unstorable_responses", error=PayloadError, level=logging.INFO,
-                                          outcome="returned, not cached")
+        payload = None if response is None else self._fail_open.attempt(
+            "response cannot be stored as JSON", response_payload, response, counter="unstorable_responses",
+            error=PayloadError, level=logging.INFO, outcome="returned, not cached")
         if payload is not None:
             self._engine.update(request, payload, answer=answer_text(response))
+        else:  # identical calls waiting for this answer call the model themselves
+            self._engine.release(request)
+
+    def _release(self, request: Optional[CacheRequest]) -> None:
+        if request is not None:
+            self._engine.release(request)
+
+    @contextmanager
+    def _released_on_failure(self, request: Optional[CacheRequest]) -> Iterator[None]:
+        """The inner call raised: identical calls waiting for its answer go on (inflight.py)."""
+        try:
+            yield
+        except BaseException:
+            self._release(request)
+            raise
 
     def _pass_through(self, request: Optional[CacheRequest], inner: Iterable[Any]) -> Generator[Any, None, None]:
         """The inner stream unchanged; its response is stored once it has finished."""
-        return pass_through(inner, StreamRecorder(self._counters, request is not None),
+        return pass_through(inner, StreamRecorder(self._counters, request is not None, lambda: self._release(request)),
                             lambda response: self._store(request, response))
 
     def _apass_through(self, request: Optional[CacheRequest], inner: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
-        return apass_through(inner, StreamRecorder(self._counters, request is not None),
+        return apass_through(inner, StreamRecorder(self._counters, request is not None, lambda: self._release(request)),
                              lambda response: asyncio.to_thread(self._store, request, response))
 
     # ------------------------------------------------------------------ chat
@@ -304,7 +322,8 @@ class CachedMultiModalLLM(LLM):
         cached = self._lookup(request, "chat")
         if cached is not None:
             return cached
-        response = self.llm.chat(messages, **kwargs)
+        with self._released_on_failure(request):
+            response = self.llm.chat(messages, **kwargs)
         self._store(request, response)
         return response
 
@@ -315,7 +334,8 @@ class CachedMultiModalLLM(LLM):
         cached = await self._alookup(request, "chat")
         if cached is not None:
             return cached
-        response = await self.llm.achat(messages, **kwargs)
+        with self._released_on_failure(request):
+            response = await self.llm.achat(messages, **kwargs)
         await asyncio.to_thread(self._store, request, response)
         return response
 
@@ -326,7 +346,8 @@ class CachedMultiModalLLM(LLM):
         cached = self._lookup(request, "chat")
         if cached is not None:
             return replayed(replay_chat(cached))
-        return self._pass_through(request, self.llm.stream_chat(messages, **kwargs))
+        with self._released_on_failure(request):
+            return self._pass_through(request, self.llm.stream_chat(messages, **kwargs))
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
@@ -335,7 +356,8 @@ class CachedMultiModalLLM(LLM):
         cached = await self._alookup(request, "chat")
         if cached is not None:
             return areplayed(replay_chat(cached))
-        return self._apass_through(request, await self.llm.astream_chat(messages, **kwargs))
+        with self._released_on_failure(request):
+            return self._apass_through(request, await self.llm.astream_chat(messages, **kwargs))
 
     # ------------------------------------------------------------------ complete
     @llm_completion_callback()
@@ -348,10 +370,11 @@ class CachedMultiModalLLM(LLM):
         cached = self._lookup(request, "complete")
         if cached is not None:
             return cached
-        if docs:
-            response = as_completion(self.llm.chat(images_message(prompt, docs), **kwargs))
-        else:
-            response = self.llm.complete(prompt, formatted=formatted, **kwargs)
+        with self._released_on_failure(request):
+            if docs:
+                response = as_completion(self.llm.chat(images_message(prompt, docs), **kwargs))
+            else:
+                response = self.llm.complete(prompt, formatted=formatted, **kwargs)
         self._store(request, response)
         return response
 
@@ -363,10 +386,11 @@ class CachedMultiModalLLM(LLM):
         cached = await self._alookup(request, "complete")
         if cached is not None:
             return cached
-        if docs:
-            response = as_completion(await self.llm.achat(images_message(prompt, docs), **kwargs))
-        else:
-            response = await self.llm.acomplete(prompt, formatted=formatted, **kwargs)
+        with self._released_on_failure(request):
+            if docs:
+                response = as_completion(await self.llm.achat(images_message(prompt, docs), **kwargs))
+            else:
+                response = await self.llm.acomplete(prompt, formatted=formatted, **kwargs)
         await asyncio.to_thread(self._store, request, response)
         return response
 
@@ -378,10 +402,11 @@ class CachedMultiModalLLM(LLM):
         cached = self._lookup(request, "complete")
         if cached is not None:
             return replayed(replay_completion(cached))
-        if docs:
-            inner: Any = map(as_completion, self.llm.stream_chat(images_message(prompt, docs), **kwargs))
-        else:
-            inner = self.llm.stream_complete(prompt, formatted=formatted, **kwargs)
+        with self._released_on_failure(request):
+            if docs:
+                inner: Any = map(as_completion, self.llm.stream_chat(images_message(prompt, docs), **kwargs))
+            else:
+                inner = self.llm.stream_complete(prompt, formatted=formatted, **kwargs)
         return self._pass_through(request, inner)
 
     @llm_completion_callback()
@@ -393,10 +418,11 @@ class CachedMultiModalLLM(LLM):
         cached = await self._alookup(request, "complete")
         if cached is not None:
             return areplayed(replay_completion(cached))
-        if docs:
-            inner: Any = amap(as_completion, await self.llm.astream_chat(images_message(prompt, docs), **kwargs))
-        else:
-            inner = await self.llm.astream_complete(prompt, formatted=formatted, **kwargs)
+        with self._released_on_failure(request):
+            if docs:
+                inner: Any = amap(as_completion, await self.llm.astream_chat(images_message(prompt, docs), **kwargs))
+            else:
+                inner = await self.llm.astream_complete(prompt, formatted=formatted, **kwargs)
         return self._apass_through(request, inner)
 
 

@@ -78,9 +78,10 @@ class StreamRecorder:
     """The chunks of one inner stream; counts streams that finished and streams that
     failed or were abandoned (``keyed``: only those the cache would have stored)."""
 
-    def __init__(self, counters: Counters, keyed: bool) -> None:
+    def __init__(self, counters: Counters, keyed: bool, on_failure: Callable[[], None] = lambda: None) -> None:
         self._counters = counters
         self._keyed = keyed
+        self._on_failure = on_failure  # identical requests waiting for this answer go on (inflight.py)
         self._last: Optional[Response] = None
         self._deltas: list[str] = []
 
@@ -96,6 +97,7 @@ class StreamRecorder:
                  tb: Optional[TracebackType]) -> None:
         if exc_type is not None and self._keyed:  # GeneratorExit too: the caller stopped reading
             self._counters.incr("streams_unfinished")
+            self._on_failure()
 
     def response(self) -> Optional[Response]:
         """The finished stream's response, None if it yielded nothing."""

@@ -64,7 +64,7 @@ def test_stats_reports_the_stored_cache_per_scope_namespace_and_tier(cache_dir: 
     assert out["bytes_on_disk"] == size_on_disk(cache_dir) and out["bytes_on_disk"] > 0
     (c,) = out["caches"]
     assert c["prefix"] == "mlc" and c["entries"] == 5 and c["expired"] == 1
-    assert c["tiers"] == {t: 5 if t in ("exact", "l1") else 0 for t in TIER_COLLECTIONS}  # clip_model=None: no L2 rows
+    assert c["tiers"] == {t: 5 if t in ("exact", "l1", "l1_static") else 0 for t in TIER_COLLECTIONS}  # no L2 rows
     m1, m2 = scope_digest("m1"), scope_digest("m2")
     assert c["entries_per_scope"] == {m1: 4, m2: 1}
     assert c["entries_per_namespace"] == {scope_digest("default"): 4, scope_digest("tenant-b"): 1}

@@ -172,7 +172,7 @@ def _reopened(make_engine: Callable[..., MLCEngine], client: Any, prefix: str) -
 
 def _vector_ids(eng: MLCEngine) -> dict[str, set[str]]:
     out = {}
-    for tier in ("exact", "l1", "l2_prompt"):
+    for tier in ("exact", "l1", "l1_static", "l2_prompt"):
         out[tier] = set(eng.store.collection(tier).get(include=[])["ids"])
     for tier in ("l2_image", "l2_fprint"):
         metas = eng.store.collection(tier).get(include=["metadatas"])["metadatas"]
@@ -182,8 +182,9 @@ def _vector_ids(eng: MLCEngine) -> dict[str, set[str]]:
 
 def _assert_no_orphan_vectors(eng: MLCEngine) -> None:
     ids = _vector_ids(eng)
-    for tier in ("l1", "l2_prompt", "l2_image", "l2_fprint"):
+    for tier in ("l1", "l1_static", "l2_prompt", "l2_image", "l2_fprint"):
         assert ids[tier] <= ids["exact"], f"{tier} vector without its response"
+    assert ids["l1"] <= ids["l1_static"], "an L1 vector its pre-screen row would hide"
 
 
 @pytest.mark.parametrize("overwrite", [False, True])
@@ -217,13 +218,13 @@ def test_update_interrupted_after_each_write_step(make_engine, shared_client, ov
             assert fresh.lookup(probe_exact).tier == "L0.5" and fresh.lookup(probe_l1).tier == "L1"
         assert fresh.stats()["errors"] == {}
         crash_point += 1
-    assert steps == 5  # exact, l1, l2_fprint, l2_image, l2_prompt: every gap between them was crashed into
+    assert steps == 6  # exact, l1_static, l1, l2_fprint, l2_image, l2_prompt: every gap was crashed into
 
 
 def test_delete_interrupted_after_each_write_step(make_engine, shared_client) -> None:
     img = pattern(6)
     stored = _req("How many objects are there?", img)
-    for crash_point in range(5):  # one per write of the delete
+    for crash_point in range(6):  # one per write of the delete
         prefix = f"crash-del-{crash_point}"
         eng = _reopened(make_engine, shared_client, prefix)
         eid = eng.update(stored, {"v": "x"})

@@ -90,13 +90,13 @@ def test_rows_are_unit_float32_and_memoized_by_digest(lite0: EfficientNetLiteEnc
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     im = imageops.resize(photo("apple.jpg"), 0.3)
     calls: list[int] = []
-    real = lite0.features
+    real = lite0._embed_batch
 
-    def counting(batch: Any) -> Any:
-        calls.append(int(batch.shape[0]))
-        return real(batch)
+    def counting(images: Any) -> Any:
+        calls.append(len(images))
+        return real(images)
 
-    monkeypatch.setattr(lite0, "features", counting)
+    monkeypatch.setattr(lite0, "_embed_batch", counting)
     first = lite0.embed_images([im], ["px:test-memo-a"])
     again = lite0.embed_images([im, im], ["px:test-memo-a", "px:test-memo-b"])
     assert calls == [1, 1]  # the second call embeds only the unseen digest

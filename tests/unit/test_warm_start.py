@@ -22,8 +22,18 @@ def test_in_memory_engine_does_not_unless_asked(make_engine) -> None:
 
 def test_warmup_reports_what_it_loaded_and_never_raises(make_engine) -> None:
     took = make_engine().warmup()
-    assert set(took) == {"text", "image", "lexicon"} and all(t >= 0 for t in took.values())
-    assert make_engine(verifier="off", l1_threshold=0.95).warmup().keys() == {"text", "image"}
+    assert set(took) == {"text", "static", "image", "lexicon"} and all(t >= 0 for t in took.values())
+    assert make_engine(verifier="off", l1_threshold=0.95).warmup().keys() == {"text", "static", "image"}
     broken = make_engine(image_encoder="/nonexistent/checkpoint")
     took = broken.warmup()  # the image model cannot be had: L2 off, warm-up goes on
     assert "text" in took and broken.l2_status.startswith("off")
+
+
+def test_warm_start_of_a_cache_without_pictures_loads_no_image_tower(make_engine, tmp_path, monkeypatch) -> None:
+    from mlc_integrations.image_encoders import EfficientNetLiteEncoder
+
+    loads: list[str] = []
+    monkeypatch.setattr(EfficientNetLiteEncoder, "load", lambda self: loads.append(self.name))
+    eng = make_engine(persist_directory=str(tmp_path / "c"), image_encoder="efficientnet-lite0")
+    eng._warm.join(60)
+    assert loads == []  # text-only so far: no image tower (and no torch for it) until a picture comes

@@ -51,7 +51,7 @@ def test_update_returns_before_the_write_and_lookups_see_the_pending_entry(make_
     gate.open.set()
     eng.flush()
     assert stored_count(eng) == 1 and len(eng.pending) == 0
-    assert gate.writes[:2] == ["upsert exact", "upsert l1"]  # response first, vectors last
+    assert gate.writes[:3] == ["upsert exact", "upsert l1_static", "upsert l1"]  # response first, vectors last
 
 
 def test_pending_l2_entry_is_found_by_its_picture(make_engine) -> None:
