@@ -25,11 +25,18 @@ from mlc_integrations import MLCEngine, StorageError
 from mlc_integrations.server import ChromaServer, free_port
 from tests.integration.workers import engine, question
 from mlc_integrations import StorageOptions
+from mlc_integrations.exact_index import ExactIndex
 
 
 def _server_engine(server: ChromaServer, prefix: str, **kw: Any) -> MLCEngine:
     storage = dataclasses.replace(kw.pop("storage", StorageOptions()), collection_prefix=prefix)
-    return engine(**kw, chroma_host=server.host, chroma_port=server.port, storage=storage)
+    eng = engine(**kw, chroma_host=server.host, chroma_port=server.port, storage=storage)
+    # What is under test is the store path: the exact index would answer a remembered entry
+    # from memory for up to its revalidation bound (exact_index.py), outage or not.
+    eng.entries.hot = ExactIndex(max_items=0)
+    if eng._warm is not None:  # counted calls below: the warm start's own are done first
+        eng._warm.join(60)
+    return eng
 
 
 class FakeMonotonic:

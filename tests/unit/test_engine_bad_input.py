@@ -162,6 +162,7 @@ def test_corrupt_stored_response_is_a_miss_and_removed(make_engine) -> None:
     eid = eng.update(r, "fine")
     eng.flush()  # written (update is write-behind)
     eng.store.collection("exact").update(ids=[eid], embeddings=[[1.0]], documents=["{not json"])
+    eng.entries.hot.clear()  # as a restarted process finds the store: nothing remembered
     assert eng.lookup(CacheRequest(text="some question here")) is None
     assert eng.count() == 0 and eng.stats()["errors"].get("corrupt_entry") == 1
 
@@ -172,6 +173,7 @@ def test_orphan_vector_without_response_is_a_miss(make_engine) -> None:
     eid = eng.update(CacheRequest(text="What is the capital of France?"), "Paris")
     eng.flush()  # written (update is write-behind)
     eng.store.collection("exact").delete(ids=[eid])
+    eng.entries.hot.clear()  # as a restarted process finds the store: nothing remembered
     assert eng.lookup(CacheRequest(text="what's the capital of France?")) is None
     assert eng.stats()["orphans_removed"] == 1
     assert eng.store.collection("l1").count() == 0

@@ -55,9 +55,11 @@ def test_an_application_embedding_serves_l1(model: Any) -> None:
 
 def test_an_embedding_that_returns_the_wrong_shape_is_a_counted_miss() -> None:
     eng = MLCEngine(text_model=lambda texts: [[1.0, 0.0]] * (len(texts) + 1), image_encoder=None, verifier="off")
-    assert eng.update(CacheRequest(text="a", scope="m"), "x") is None  # the model broke: nothing stored
-    assert eng.lookup(CacheRequest(text="a", scope="m")) is None
-    assert eng.stats()["errors"].get("update:ModelUnavailableError") == 1
+    eng.update(CacheRequest(text="a", scope="m"), "x")  # acknowledged; the text is encoded by the writer
+    eng.flush()
+    assert eng.lookup(CacheRequest(text="a", scope="m")) is None  # the model broke: nothing was stored
+    st = eng.stats()
+    assert st["updates_failed"] == 1 and "update:ModelUnavailableError" in st["errors"]
 
 
 def test_option_objects_are_typed() -> None:

@@ -120,7 +120,7 @@ async def test_five_identical_concurrent_ainvoke_through_set_llm_cache_make_one_
 
 async def test_five_identical_concurrent_ainvoke_of_cached_chat_model_make_one_model_call(engine: MLCEngine) -> None:
     inner = GatedChatModel()
-    model = CachedChatModel(inner, cache=engine)
+    model = CachedChatModel(inner, engine)
     calls = [asyncio.create_task(model.ainvoke("Name a prime number")) for _ in range(N)]
     await until(lambda: engine.inflight.stats()["waited"] == N - 1, "four calls wait for the first")
     inner.open_gate()
@@ -130,7 +130,7 @@ async def test_five_identical_concurrent_ainvoke_of_cached_chat_model_make_one_m
 
 def test_five_identical_calls_from_threads_make_one_model_call(engine: MLCEngine) -> None:
     inner = GatedChatModel()
-    model = CachedChatModel(inner, cache=engine)
+    model = CachedChatModel(inner, engine)
     with ThreadPoolExecutor(N) as pool:
         futures = [pool.submit(model.invoke, "Name a prime number") for _ in range(N)]
         wait_until(lambda: engine.inflight.stats()["waited"] == N - 1, "four calls wait for the first")
@@ -141,7 +141,7 @@ def test_five_identical_calls_from_threads_make_one_model_call(engine: MLCEngine
 
 async def test_a_failing_first_call_releases_the_waiters_to_call_the_model_themselves(engine: MLCEngine) -> None:
     inner = GatedChatModel(fail_first=True)
-    model = CachedChatModel(inner, cache=engine)
+    model = CachedChatModel(inner, engine)
     calls = [asyncio.create_task(model.ainvoke("Name a prime number")) for _ in range(N)]
     await until(lambda: engine.inflight.stats()["waited"] == N - 1, "four calls wait for the first")
     inner.open_gate()
@@ -149,7 +149,9 @@ async def test_a_failing_first_call_releases_the_waiters_to_call_the_model_thems
     failed = [r for r in results if isinstance(r, ModelDown)]
     answered = sorted(r.content for r in results if not isinstance(r, BaseException))
     assert len(failed) == 1 and len(answered) == N - 1
-    assert inner.calls == N  # the failed call, then each waiter's own
+    # The failed call, then the released waiters' own -- one of which may already be stored
+    # (and served from memory) when another waiter looks up again.
+    assert 2 <= inner.calls <= N
     stats = engine.inflight.stats()
     assert stats["released"] == 1 and stats["timed_out"] == 0 and stats["answered"] == 0
 
