@@ -237,18 +237,25 @@ def scene_pairs(n_scenes: int = 400, seed: int = 25) -> Pairs:
 SOURCE_SHARE = {"natural": 1.0, "qqp": 0.6, "gptcache": 0.05, "easyvqa": 0.15, "suite": 0.3, "scenes": 0.2}
 
 
-def training_set(data_dir: Path, counts: dict[str, int], max_easyvqa: int = 2000, seed: int = 25
-                 ) -> tuple[Pairs, Pairs, dict[str, Any]]:
+def _sample(p: Pairs, n: int, rng: random.Random) -> Pairs:
+    if len(p) <= n:
+        return p
+    keep = set(rng.sample(range(len(p)), n))
+    return p.select([i in keep for i in range(len(p))])
+
+
+def training_set(data_dir: Path, counts: dict[str, int], max_easyvqa: int = 1500, max_qqp: int = 5000,
+                 max_scenes: int = 2000, seed: int = 25) -> tuple[Pairs, Pairs, dict[str, Any]]:
     """(train, validation, manifest). Weights: each source sums to ``SOURCE_SHARE`` x the
     natural training pairs' count."""
     nat_tr, nat_va, manifest = natural_split(counts)
     rng = random.Random(seed)
-    evqa = easyvqa_soft_pairs()
-    if len(evqa) > max_easyvqa:
-        keep = set(rng.sample(range(len(evqa)), max_easyvqa))
-        evqa = evqa.select([i in keep for i in range(len(evqa))])
-    parts = {"natural": nat_tr, "qqp": qqp_pairs(data_dir), "gptcache": gptcache_pairs(), "easyvqa": evqa,
-             "suite": suite("train"), "scenes": scene_pairs()}
+    # subsampled (seeded) to fit a CPU budget: one epoch reads every pair once
+    evqa = _sample(easyvqa_soft_pairs(), max_easyvqa, rng)
+    qqp = _sample(qqp_pairs(data_dir), max_qqp, rng)
+    scenes = _sample(scene_pairs(), max_scenes, rng)
+    parts = {"natural": nat_tr, "qqp": qqp, "gptcache": gptcache_pairs(), "easyvqa": evqa,
+             "suite": suite("train"), "scenes": scenes}
     train = Pairs()
     n_nat = max(1, len(nat_tr))
     for name, p in parts.items():

@@ -30,6 +30,22 @@ from .verifier.data import DEFAULT_CACHE_DIR, DEFAULT_DATA_DIR, EmbeddingCache, 
 JUDGE_CACHE = DEFAULT_CACHE_DIR / "judge"
 
 
+def cached_features(a: Sequence[str], b: Sequence[str], cos: np.ndarray) -> np.ndarray:
+    """:func:`features`, kept on disk (evaluation cache) by a digest of the rows."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for x, z, c in zip(a, b, cos):
+        h.update(f"{x}\0{z}\0{c:.6f}\n".encode())
+    path = JUDGE_CACHE / f"features-{h.hexdigest()[:16]}.npy"
+    if path.exists():
+        return np.load(path)
+    x = features(a, b, cos)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, x)
+    return x
+
+
 def features(a: Sequence[str], b: Sequence[str], cos: np.ndarray) -> np.ndarray:
     """The head's feature rows of (stored a -> new b), as the library computes them."""
     from mlc_integrations.verify import Verifier, text_features
@@ -170,12 +186,13 @@ def cmd_train(args: argparse.Namespace) -> None:
     log_progress(f"training pairs {len(train)} {manifest['train_sources']}; validation {len(val)}")
     emb = EmbeddingCache(None, Path(args.cache_dir))
     t0 = time.perf_counter()
-    # both orders: the judge reads (stored, new), and either side may come first in a pair
+    # both orders: the judge reads (stored, new), and either side may come first in a pair;
+    # each epoch reads every pair once, in one of its two orders (drawn per epoch)
     a2, b2 = train.a + train.b, train.b + train.a
     y, w = train.arrays()
-    y2, w2 = np.r_[y, y], np.r_[w, w] / 2.0
+    y2, w2 = np.r_[y, y], np.r_[w, w]
     cos2 = emb.cosines(a2, b2)
-    x2 = features(a2, b2, cos2)
+    x2 = cached_features(a2, b2, cos2)
     log_progress(f"features of {len(a2)} rows in {time.perf_counter() - t0:.0f}s")
     mean = x2.mean(0)
     scale = x2.std(0)
@@ -192,7 +209,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     head = list(model.fc1.parameters()) + list(model.fc2.parameters())
     opt = torch.optim.AdamW([{"params": lora, "lr": args.lr}, {"params": head, "lr": args.head_lr}], weight_decay=0.01)
     n = len(encs)
-    steps = args.epochs * math.ceil(n / args.batch_size)
+    half = n // 2
+    steps = args.epochs * math.ceil(half / args.batch_size)
     warm = max(1, int(0.05 * steps))
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) * max(0.02, (steps - s) / steps))
     rng = np.random.default_rng(args.seed)
@@ -201,9 +219,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     step = 0
     for epoch in range(args.epochs):
         model.train()
-        perm = rng.permutation(n)
+        perm = rng.permutation(half) + half * rng.integers(0, 2, half)
         batches = []
-        for s in range(0, n, args.batch_size * 50):  # similar lengths together, batches shuffled
+        for s in range(0, half, args.batch_size * 50):  # similar lengths together, batches shuffled
             chunk = perm[s:s + args.batch_size * 50]
             chunk = chunk[np.argsort(lens[chunk], kind="stable")]
             batches += [chunk[k:k + args.batch_size] for k in range(0, len(chunk), args.batch_size)]
@@ -269,7 +287,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     t.add_argument("--batch-size", type=int, default=32)
     t.add_argument("--lr", type=float, default=5e-4)
     t.add_argument("--head-lr", type=float, default=2e-3)
-    t.add_argument("--max-tokens", type=int, default=96)
+    t.add_argument("--max-tokens", type=int, default=64)
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--seed", type=int, default=25)
     t.set_defaults(func=cmd_train)

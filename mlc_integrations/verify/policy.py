@@ -25,6 +25,8 @@ import numpy as np
 from .._lru import LRU
 from ..edits import analyse
 from .bands import FalseHitEstimates
+from .explain import refusal_reason
+from .judge import PairJudge, default_judge
 from .model import Verifier
 
 log = logging.getLogger(__name__)
@@ -134,6 +136,7 @@ class VerificationPolicy:
         pending_ttl: float = 3600.0,
         max_entries_tracked: int = 100_000,
         seed: Optional[int] = None,
+        judge: Any = "default",
     ) -> None:
         if not (0.0 < min_precision < 1.0):
             raise ValueError("min_precision must be in (0, 1)")
@@ -148,6 +151,10 @@ class VerificationPolicy:
         else:
             raise ValueError("answer_match must be 'exact' or a callable(fresh_answer, stored_answer) -> bool")
         self.verifier = verifier
+        # The L1 judge (judge.py): a cross-encoder reading both texts, used when both texts
+        # and the verifier's text-model cosine are known; the trees decide otherwise.
+        self.judge: Optional[PairJudge] = (default_judge() if judge == "default" and cosine_matches_verifier
+                                           else judge if isinstance(judge, PairJudge) else None)
         # Opt-in: the "vectors" model raised qqp_val's cross-validated AP (0.802 -> 0.817)
         # but lowered common paraphrases ("capital city of France" / "capital of France":
         # 0.88 -> 0.54; "picture" / "image": 0.89 -> 0.68): it learns Quora's labelling
@@ -192,13 +199,15 @@ class VerificationPolicy:
 
     # ------------------------------------------------------------- thresholds
     def static_threshold(self, model: str) -> float:
+        if model == "judge" and self.judge is not None:
+            return self.judge.threshold  # its operating point, chosen on held-out training domains
         return self.verifier.models[model].threshold_for_precision(self.min_precision)
 
     @property
     def threshold(self) -> float:
         """The current decision threshold on the probability (full model)."""
         if not self.error_bounded:
-            return self.static_threshold("full")
+            return self.static_threshold("judge" if self.judge is not None else "full")
         with self._lock:
             return self._est.threshold
 
@@ -223,7 +232,10 @@ class VerificationPolicy:
             new_text = bytes(new_text).decode("utf-8", "replace")
         if cosine is not None and not self.cosine_matches_verifier:
             cosine = None
-        p, model = self.verifier.probability(new_text, stored_text, cosine, vectors if self.embedding_head else None)
+        if self.judge is not None and new_text is not None and stored_text is not None and cosine is not None:
+            p, model = self.judge.probability(stored_text, new_text, cosine), "judge"
+        else:
+            p, model = self.verifier.probability(new_text, stored_text, cosine, vectors if self.embedding_head else None)
         if not model:
             self._warn_once("unverified", "verifier has no model for candidates without stored text and without "
                             "the cosine of its text model; accepting on the raw thresholds")
@@ -247,8 +259,8 @@ class VerificationPolicy:
             self._latency.append((time.perf_counter() - t0) * 1000.0)
         if not d.accept:
             d.detail = f"model {model}"
-            if new_text is not None and stored_text is not None:
-                d.detail += f": {analyse(stored_text, new_text).explain()}"  # for last_lookup / DEBUG logs
+            if new_text is not None and stored_text is not None:  # what the user changed, in their words
+                d.detail = refusal_reason(stored_text, new_text, p, d.threshold)
         return d
 
     def _decide_bounded(self, p: float, model: str, entry_id: str, request_key: str,
@@ -354,7 +366,7 @@ class VerificationPolicy:
             out["latency_ms_per_candidate_p50"] = float(np.median(lat)) if lat else None
             if not self.error_bounded:
                 out["min_precision"] = self.min_precision
-                out["threshold"] = self.static_threshold("full")
+                out["threshold"] = self.static_threshold("judge" if self.judge is not None else "full")
                 out["false_hit_rate"] = None
                 out["false_hit_rate_note"] = ("not measured online in static mode (set max_false_hit_rate to "
                                               "measure it); offline cross-validated precision at this threshold "
@@ -394,7 +406,10 @@ class VerificationPolicy:
 
     def warmup(self) -> float:
         """Load the WordNet lexicon now when the models read edit features (seconds; 0 if
-        they do not): otherwise the first verified candidate pays ~0.4 s for it."""
+        they do not): otherwise the first verified candidate pays ~0.4 s for it. Also loads
+        the judge (its ONNX export is built on first use, once per machine)."""
+        if self.judge is not None:
+            self.judge.warmup()
         if not any(m.reads_edits for m in self.verifier.models.values()):
             return 0.0
         t0 = time.perf_counter()
