@@ -244,8 +244,8 @@ def _sample(p: Pairs, n: int, rng: random.Random) -> Pairs:
     return p.select([i in keep for i in range(len(p))])
 
 
-def training_set(data_dir: Path, counts: dict[str, int], max_easyvqa: int = 1500, max_qqp: int = 5000,
-                 max_scenes: int = 2000, seed: int = 25) -> tuple[Pairs, Pairs, dict[str, Any]]:
+def training_set(data_dir: Path, counts: dict[str, int], max_easyvqa: int = 800, max_qqp: int = 3000,
+                 max_scenes: int = 1200, max_gptcache: int = 500, seed: int = 25) -> tuple[Pairs, Pairs, dict[str, Any]]:
     """(train, validation, manifest). Weights: each source sums to ``SOURCE_SHARE`` x the
     natural training pairs' count."""
     nat_tr, nat_va, manifest = natural_split(counts)
@@ -254,7 +254,7 @@ def training_set(data_dir: Path, counts: dict[str, int], max_easyvqa: int = 1500
     evqa = _sample(easyvqa_soft_pairs(), max_easyvqa, rng)
     qqp = _sample(qqp_pairs(data_dir), max_qqp, rng)
     scenes = _sample(scene_pairs(), max_scenes, rng)
-    parts = {"natural": nat_tr, "qqp": qqp, "gptcache": gptcache_pairs(), "easyvqa": evqa,
+    parts = {"natural": nat_tr, "qqp": qqp, "gptcache": _sample(gptcache_pairs(), max_gptcache, rng), "easyvqa": evqa,
              "suite": suite("train"), "scenes": scenes}
     train = Pairs()
     n_nat = max(1, len(nat_tr))

