@@ -121,8 +121,11 @@ def frozen_states(model: Any, encs: Sequence[Any], batch: int = 128) -> list[Any
         for s in range(0, len(order), batch):
             idx = order[s:s + batch]
             ids, mask, types = batch_tensors(torch, [encs[i] for i in idx])
-            h = model.bert(input_ids=ids, attention_mask=mask, token_type_ids=types,
-                           output_hidden_states=True).hidden_states[model.first]
+            if model.first == 0:  # adapters everywhere: only the embeddings are frozen
+                h = model.bert.embeddings(input_ids=ids, token_type_ids=types)
+            else:
+                h = model.bert(input_ids=ids, attention_mask=mask, token_type_ids=types,
+                               output_hidden_states=True).hidden_states[model.first]
             for j, i in enumerate(idx):
                 out[i] = h[j, :len(encs[i].ids)].to(torch.float16).clone()
             if s % (batch * 40) == 0:

@@ -61,7 +61,8 @@ def difference(stored: str, new: str, limit: int = 3) -> str:
         at = [i for i in range(len(la)) if la[i] != lb[i]]
         if len(at) == 2:
             return f"swapped: {a[at[0]]} ↔ {a[at[1]]}"
-        return f"word order: {_phrase(a)} → {_phrase(b)}"
+        i, j = at[0], at[-1] + 1  # the span that moved, without the words both keep in place
+        return f"swapped: {_phrase(a[i:j])} → {_phrase(b[i:j])}"
     parts.sort(key=lambda p: p[0])
     out = [p[1] for p in parts[:limit]]
     if len(parts) > limit:

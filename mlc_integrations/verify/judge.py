@@ -32,6 +32,7 @@ import numpy as np
 log = logging.getLogger(__name__)
 
 DEFAULT_JUDGE_PATH = Path(__file__).parent.parent / "assets" / "judge.npz"
+ENV_JUDGE = "MLC_JUDGE"  # another judge file for the engine's default (evaluation); "off": the trees decide
 JUDGE_FORMAT = "mlc-judge"
 JUDGE_FORMAT_VERSION = 1
 RECIPE = "judge-onnx-1"  # bump when the export changes what lands in the file
@@ -277,10 +278,16 @@ _default_lock = threading.Lock()
 def default_judge() -> Optional[PairJudge]:
     """The shipped judge, loaded once per process (None when it cannot run here)."""
     global _default
+    env = os.environ.get(ENV_JUDGE, "")
+    if env == "off":
+        return None
+    path = Path(env) if env else DEFAULT_JUDGE_PATH
     with _default_lock:
-        if _default is None and DEFAULT_JUDGE_PATH.exists():
+        if _default is not None and _default.path != path:
+            _default = None
+        if _default is None and path.exists():
             try:
-                _default = PairJudge()
+                _default = PairJudge(path)
             except JudgeUnavailable as exc:
                 log.warning("L1 judge unavailable (%s): the verifier's trees decide", exc)
         return _default

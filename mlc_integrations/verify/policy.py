@@ -136,7 +136,7 @@ class VerificationPolicy:
         pending_ttl: float = 3600.0,
         max_entries_tracked: int = 100_000,
         seed: Optional[int] = None,
-        judge: Any = "default",
+        judge: Any = None,
     ) -> None:
         if not (0.0 < min_precision < 1.0):
             raise ValueError("min_precision must be in (0, 1)")
@@ -152,7 +152,8 @@ class VerificationPolicy:
             raise ValueError("answer_match must be 'exact' or a callable(fresh_answer, stored_answer) -> bool")
         self.verifier = verifier
         # The L1 judge (judge.py): a cross-encoder reading both texts, used when both texts
-        # and the verifier's text-model cosine are known; the trees decide otherwise.
+        # are known (and the engine's text model is the judge's); the trees decide otherwise.
+        # "default": the shipped judge (what make_policy gives the engine); None: trees only.
         self.judge: Optional[PairJudge] = (default_judge() if judge == "default" and cosine_matches_verifier
                                            else judge if isinstance(judge, PairJudge) else None)
         # Opt-in: the "vectors" model raised qqp_val's cross-validated AP (0.802 -> 0.817)
@@ -476,6 +477,9 @@ def make_policy(
     if not same_model:
         log.info("engine text model differs from the verifier's (%s): verifying without the cosine signal",
                  v.text_model)
+    # The judge decides for the shipped verifier; a verifier file of one's own, or the
+    # opt-in embedding head, keeps the trees in charge.
+    judge = "default" if (verifier is True or verifier == "default") and not embedding_head else None
     return VerificationPolicy(v, min_precision=min_precision, max_false_hit_rate=max_false_hit_rate,
                               explore_rate=explore_rate, cosine_matches_verifier=same_model, seed=seed,
-                              embedding_head=embedding_head)
+                              embedding_head=embedding_head, judge=judge)

@@ -208,10 +208,10 @@ def test_default_model_refuses_answer_changing_edits_and_reuses_rewordings(make_
     for k, (a, b) in enumerate(ANSWER_CHANGING):
         found = eng.lookup_explained(CacheRequest(text=b, scope=f"s{k}"))
         assert found.hit is None, (a, b, found)
-    # a refusal names the model and the edit that separates the requests
+    # a refusal names what the user changed, in their words (issue 25)
     found = eng.lookup_explained(CacheRequest(text=ANSWER_CHANGING[8][1], scope="s8"))
     assert found.refused is not None and found.refused.reason == "verifier"
-    assert "model full: argument swap" in found.refused.explain(), found.refused.explain()
+    assert "swapped: New York to Florida → Florida to New York" in found.refused.explain(), found.refused.explain()
     for k, (a, b) in enumerate(SAME_ANSWER, start=len(ANSWER_CHANGING)):
         hit = eng.lookup(CacheRequest(text=b, scope=f"s{k}"))
         assert hit is not None and hit.payload == f"answer {k}", (a, b)
