@@ -139,6 +139,8 @@ def cmd_choose(args: argparse.Namespace) -> None:
 def cmd_report(args: argparse.Namespace) -> None:
     from mlc_integrations.verify.judge import read_judge
 
+    # The validation split of the first judge's snapshot (list the shipped judge first: its
+    # validation domains were held out from every judge trained on an earlier snapshot too).
     snapshot = _manifest_for(args.judges[0]).get("snapshot_lines") if args.judges else None
     if not snapshot:
         raise SystemExit("the first judge's manifest.json (its data snapshot) is needed for the validation split")
