@@ -38,6 +38,16 @@ JUDGE_FORMAT_VERSION = 1
 RECIPE = "judge-onnx-1"  # bump when the export changes what lands in the file
 
 
+def _surface_column() -> int:
+    from ..edits import EDIT_FEATURE_NAMES
+    from .signals import SIGNAL_NAMES
+
+    return len(SIGNAL_NAMES) + EDIT_FEATURE_NAMES.index("edit_surface_only")
+
+
+_SURFACE_ONLY = _surface_column()
+
+
 class JudgeUnavailable(RuntimeError):
     """The judge cannot run here (no adapters file, no base model, no torch/onnxruntime)."""
 
@@ -265,7 +275,11 @@ class PairJudge:
         for s in range(0, len(pairs), batch):
             pooled[s:s + batch] = enc.pooled(self.feeds(pairs[s:s + batch]))
         logit = self.head_logit(pooled, feats)
-        return 1.0 / (1.0 + np.exp(-logit))
+        # The encoder reads lower-cased tokens: when the edit analysis finds that only case,
+        # spacing or punctuation differ outside quotes and code, the two inputs are the same
+        # request to it, as identical texts are (those are not second-guessed either).
+        surface = feats[:, _SURFACE_ONLY] >= 0.5
+        return np.where(surface, 1.0, 1.0 / (1.0 + np.exp(-logit)))
 
     def probability(self, stored: str, new: str, cosine: float) -> float:
         return float(self.probabilities([(stored, new)], [cosine])[0])

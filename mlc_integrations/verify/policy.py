@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from .._lru import LRU
+from ..keys import exact_text
 from ..edits import analyse
 from .bands import FalseHitEstimates
 from .explain import refusal_reason
@@ -237,7 +238,9 @@ class VerificationPolicy:
             if cosine is None and self.cosine_matches_verifier:
                 cosine = self._text_cosine(new_text, stored_text)  # an L2 prompt (CLIP-scored): the judge's input
         if self.judge is not None and new_text is not None and stored_text is not None and cosine is not None:
-            p, model = self.judge.probability(stored_text, new_text, cosine), "judge"
+            # the same request text (an L2 candidate: a near-identical picture) is not second-guessed
+            same = exact_text(new_text) == exact_text(stored_text)
+            p, model = (1.0 if same else self.judge.probability(stored_text, new_text, cosine)), "judge"
         else:
             p, model = self.verifier.probability(new_text, stored_text, cosine, vectors if self.embedding_head else None)
         if not model:

@@ -60,6 +60,7 @@ KNOWN_MISSES = [
     ("Where is the Louvre?", "Where is the Louvre located?"),
     ("Write a limerick about cats.", "Compose a limerick about cats."),
     ("what is the color of the shape?", "what color is the shape?"),
+    ("What color is the shape?", "What is the color of the shape?"),  # P 0.85; "What's the color ..." 0.92
 ]
 
 
