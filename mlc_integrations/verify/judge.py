@@ -23,7 +23,9 @@ import logging
 import os
 import shutil
 import tempfile
+import re
 import threading
+import unicodedata
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
@@ -38,14 +40,17 @@ JUDGE_FORMAT_VERSION = 1
 RECIPE = "judge-onnx-1"  # bump when the export changes what lands in the file
 
 
-def _surface_column() -> int:
-    from ..edits import EDIT_FEATURE_NAMES
-    from .signals import SIGNAL_NAMES
-
-    return len(SIGNAL_NAMES) + EDIT_FEATURE_NAMES.index("edit_surface_only")
+_QUOTES = re.compile(r"[\"`“”‘]|(?<![A-Za-z])'|'(?![A-Za-z])")  # quotes and code marks, not apostrophes
+_IGNORED = re.compile(r"[\s.,!?;:]+")
 
 
-_SURFACE_ONLY = _surface_column()
+def surface_same(a: str, b: str) -> bool:
+    """The same request up to case, spacing and sentence punctuation (. , ! ? ; :). Case
+    counts when either text quotes something or holds code: 'Apple' / 'apple'."""
+    x, z = unicodedata.normalize("NFKC", a), unicodedata.normalize("NFKC", b)
+    if not (_QUOTES.search(x) or _QUOTES.search(z)):
+        x, z = x.casefold(), z.casefold()
+    return _IGNORED.sub("", x) == _IGNORED.sub("", z)
 
 
 class JudgeUnavailable(RuntimeError):
@@ -275,10 +280,10 @@ class PairJudge:
         for s in range(0, len(pairs), batch):
             pooled[s:s + batch] = enc.pooled(self.feeds(pairs[s:s + batch]))
         logit = self.head_logit(pooled, feats)
-        # The encoder reads lower-cased tokens: when the edit analysis finds that only case,
-        # spacing or punctuation differ outside quotes and code, the two inputs are the same
-        # request to it, as identical texts are (those are not second-guessed either).
-        surface = feats[:, _SURFACE_ONLY] >= 0.5
+        # The encoder reads lower-cased tokens: when only case (outside quotes and code),
+        # spacing or sentence punctuation differ, the two inputs are the same request to it,
+        # as identical texts are (those are not second-guessed either).
+        surface = np.asarray([surface_same(s, n) for s, n in pairs], dtype=bool)
         return np.where(surface, 1.0, 1.0 / (1.0 + np.exp(-logit)))
 
     def probability(self, stored: str, new: str, cosine: float) -> float:

@@ -149,3 +149,11 @@ def test_the_engine_reuses_how_can_i_for_how_do_i(make_engine: Any) -> None:
     hit = eng.lookup(CacheRequest(text="How can I update pip?"))
     assert hit is not None and hit.payload == "python -m pip install -U pip"
     assert hit.scores["verifier"] >= hit.thresholds["verifier"]
+
+
+def test_case_and_spacing_alone_are_the_same_request_but_not_inside_quotes() -> None:
+    from mlc_integrations.verify.judge import surface_same
+
+    assert surface_same("Capital of France?", "capital of  FRANCE?")
+    assert not surface_same("Is the word 'Apple' capitalized?", "Is the word 'apple' capitalized?")
+    assert not surface_same("What does =ROUND(A1, -1) return?", "What does =ROUND(A1, 1) return?")
