@@ -45,12 +45,13 @@ _IGNORED = re.compile(r"[\s.,!?;:]+")
 
 
 def surface_same(a: str, b: str) -> bool:
-    """The same request up to case, spacing and sentence punctuation (. , ! ? ; :). Case
-    counts when either text quotes something or holds code: 'Apple' / 'apple'."""
-    x, z = unicodedata.normalize("NFKC", a), unicodedata.normalize("NFKC", b)
-    if not (_QUOTES.search(x) or _QUOTES.search(z)):
-        x, z = x.casefold(), z.casefold()
-    return _IGNORED.sub("", x) == _IGNORED.sub("", z)
+    """The same request up to case, spacing and sentence punctuation (. , ! ? ; :). When
+    either text quotes something or holds code, every character counts ('Apple' / 'apple',
+    'a b' / 'a  b')."""
+    x, z = unicodedata.normalize("NFKC", a).strip(), unicodedata.normalize("NFKC", b).strip()
+    if _QUOTES.search(x) or _QUOTES.search(z):
+        return x == z
+    return _IGNORED.sub("", x.casefold()) == _IGNORED.sub("", z.casefold())
 
 
 class JudgeUnavailable(RuntimeError):

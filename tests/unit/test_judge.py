@@ -157,3 +157,4 @@ def test_case_and_spacing_alone_are_the_same_request_but_not_inside_quotes() -> 
     assert surface_same("Capital of France?", "capital of  FRANCE?")
     assert not surface_same("Is the word 'Apple' capitalized?", "Is the word 'apple' capitalized?")
     assert not surface_same("What does =ROUND(A1, -1) return?", "What does =ROUND(A1, 1) return?")
+    assert not surface_same("Count the spaces in 'a b'", "Count the spaces in 'a    b'")
