@@ -46,10 +46,10 @@ _IGNORED = re.compile(r"[\s.,!?;:]+")
 
 def surface_same(a: str, b: str) -> bool:
     """The same request up to case, spacing and sentence punctuation (. , ! ? ; :). When
-    either text quotes something or holds code, every character counts ('Apple' / 'apple',
-    'a b' / 'a  b')."""
+    either text quotes something, holds code or spans lines, every character counts
+    ('Apple' / 'apple', 'a b' / 'a  b', indentation)."""
     x, z = unicodedata.normalize("NFKC", a).strip(), unicodedata.normalize("NFKC", b).strip()
-    if _QUOTES.search(x) or _QUOTES.search(z):
+    if _QUOTES.search(x) or _QUOTES.search(z) or "\n" in x or "\n" in z:  # quotes, code, YAML, lists
         return x == z
     return _IGNORED.sub("", x.casefold()) == _IGNORED.sub("", z.casefold())
 
