@@ -195,7 +195,7 @@ SAME_ANSWER = [
     ("What is the capital of France?", "Could you tell me what the capital of France is?"),
     ("how do i reset my router", "How do I reset my router?"),
 ]
-# A symmetric swap the judge (issue 25) refuses (P 0.15 when measured; the trees reused it).
+# A symmetric swap the judge (issue 25) refuses (P 0.71 < 0.90 when measured; the trees reused it).
 SAME_ANSWER_KNOWN_MISSES = [("What do lions and tigers eat?", "What do tigers and lions eat?")]
 
 
