@@ -53,7 +53,7 @@ def conversations(p: Picture, other: Picture) -> list[tuple[str, Picture, list[s
          "first user: every turn is new"),
         ("B", p, ["What color is the shape?", FRENCH_AGAIN, "What shape is in the image?"],
          "same conversation: reuse is right (same earlier turns)"),
-        ("C", p, ["What is the color of the shape?", FRENCH_AGAIN, "What shape is in the image?"],
+        ("C", p, ["What's the color of the shape?", FRENCH_AGAIN, "What shape is in the image?"],
          "paraphrased opening: reused; later turns recomputed (earlier turns differ)"),
         ("D", p, ["What shape is in the image?", FRENCH_AGAIN],
          "same follow-up text after another question: reuse must be refused"),

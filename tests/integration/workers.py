@@ -37,7 +37,10 @@ def vec(key: int, *, jitter: int = 0) -> list[float]:
 
 def question(key: int, *, paraphrase: int = 0, namespace: str = "default", scope: str = SCOPE) -> CacheRequest:
     """Question ``key`` as stored (``paraphrase=0``) or reworded (exact tier misses, L1 hits)."""
-    text = f"question number {key}" if not paraphrase else f"reworded #{paraphrase}: tell me about question {key}"
+    # rewordings the L1 judge reuses whatever the wording model: case and punctuation only
+    # (the exact tier misses them, L1 hits); issue 25's judge refused "tell me about question N"
+    forms = ("question number {}", "Question number {}?", "QUESTION NUMBER {}", "question number {}!")
+    text = forms[paraphrase % len(forms)].format(key)
     return CacheRequest(text=text, scope=scope, namespace=namespace, text_embedding=vec(key, jitter=paraphrase))
 
 

@@ -35,7 +35,7 @@ from tests.helpers import png_bytes, solid
 RED = solid((220, 30, 30))
 BLUE = solid((30, 30, 220))
 QUESTION = "What color is the shape?"
-PARAPHRASE = "What is the color of the shape?"
+PARAPHRASE = "What's the color of the shape?"
 
 
 # ---------------------------------------------------------------------- streams

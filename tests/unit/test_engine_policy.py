@@ -31,7 +31,7 @@ def test_persistence_across_reopen(make_engine, tmp_path) -> None:
     again = make_engine(persist_directory=d)
     assert again.count() == 2
     assert again.lookup(req("What color is the shape?", [img])).payload == {"answer": "red", "n": [1, 2]}
-    assert again.lookup(req("What is the color of the shape?", [img])).tier == "L1"
+    assert again.lookup(req("What colour is the shape?", [img])).tier == "L1"
     assert again.lookup(req("What's the capital of France?")).payload == "Paris"
 
 

@@ -54,12 +54,12 @@ def test_exact_key_uses_pixels_not_file_names(make_engine, tmp_path) -> None:
 def test_l1_paraphrase_same_picture_hits_different_picture_refused(make_engine) -> None:
     eng = make_engine(image_encoder=None)
     eng.update(req("What color is the shape?", [RED]), "red")
-    hit = eng.lookup(req("What is the color of the shape?", [png_bytes(RED)]))
+    hit = eng.lookup(req("What's the color of the shape?", [png_bytes(RED)]))
     assert hit is not None and hit.tier == "L1"
     assert hit.scores["text"] >= hit.thresholds["text"] == eng.l1_threshold
     assert hit.matched_text == "What color is the shape?"
-    assert eng.lookup(req("What is the color of the shape?", [BLUE])) is None
-    assert eng.lookup(req("What is the color of the shape?")) is None  # no image vs image
+    assert eng.lookup(req("What's the color of the shape?", [BLUE])) is None
+    assert eng.lookup(req("What's the color of the shape?")) is None  # no image vs image
 
 
 def test_l1_threshold_and_switch_off(make_engine) -> None:
@@ -68,7 +68,7 @@ def test_l1_threshold_and_switch_off(make_engine) -> None:
     assert strict_t.lookup(req("What is the color of the shape?")) is None
     off = make_engine(image_encoder=None, tiers=TierOptions(l1=False))
     off.update(req("What color is the shape?"), "red")
-    assert off.lookup(req("What is the color of the shape?")) is None
+    assert off.lookup(req("What's the color of the shape?")) is None
     assert off.stats()["tiers"]["L1"]["skipped"] == 1
 
 
@@ -78,7 +78,7 @@ def test_l2_requires_both_image_and_prompt(make_engine) -> None:
     eng = make_engine(l2_image_threshold=0.999, l2_prompt_threshold=0.9, tiers=TierOptions(exact=False, l1=False))
     img = pattern(5)
     eng.update(req("What color is the shape?", [img]), "red")
-    hit = eng.lookup(req("What is the color of the shape?", [img]))
+    hit = eng.lookup(req("What's the color of the shape?", [img]))
     assert hit is not None and hit.tier == "L2"
     assert {"image", "prompt"} <= set(hit.scores) and hit.scores["image"] >= 0.999
     # same wording, different picture: image side fails on its own
@@ -99,7 +99,7 @@ def test_l2_several_images_each_must_match(make_engine) -> None:
 def test_l2_off_when_clip_cannot_load_keeps_serving(make_engine, tmp_path, caplog) -> None:
     eng = make_engine(image_encoder=str(tmp_path / "missing-clip-dir"))
     eng.update(req("What color is the shape?", [RED]), "red")
-    assert eng.lookup(req("What is the color of the shape?", [RED])).tier == "L1"
+    assert eng.lookup(req("What's the color of the shape?", [RED])).tier == "L1"
     assert eng.stats()["config"]["tiers"]["L2"].startswith("off")
 
 
@@ -107,7 +107,7 @@ def test_cheapest_first_and_stats_add_up(make_engine) -> None:
     eng = make_engine()
     eng.update(req("What color is the shape?", [RED]), "red")
     assert eng.lookup(req("What color is the shape?", [RED])).tier == "L0.5"
-    assert eng.lookup(req("What is the color of the shape?", [RED])).tier == "L1"
+    assert eng.lookup(req("What's the color of the shape?", [RED])).tier == "L1"
     assert eng.lookup(req("Name the capital of Peru", [RED])) is None
     st = eng.stats()
     assert st["lookups"] == 3 and st["hits"] == 2 and st["misses"] == 1
@@ -123,7 +123,7 @@ def test_scope_and_namespace_isolation(make_engine, field, other) -> None:
     eng.update(req("What color is the shape?", [RED], namespace="tenant-a"), "red")
     probe = dict(scope="model-a", namespace="tenant-a")
     probe.update(other)
-    for text in ("What color is the shape?", "What is the color of the shape?"):
+    for text in ("What color is the shape?", "What's the color of the shape?"):
         assert eng.lookup(CacheRequest(text=text, images=[RED], **probe)) is None
 
 
@@ -132,7 +132,7 @@ def test_neighbour_from_other_scope_never_hides_a_hit(make_engine) -> None:
     # Many near-identical entries in other scopes, one valid entry in ours.
     for i in range(40):
         eng.update(req("What color is the shape?", scope=f"other-{i}"), f"wrong-{i}")
-    eng.update(req("What is the color of the shape?", scope="mine"), "right")
+    eng.update(req("What's the color of the shape?", scope="mine"), "right")
     hit = eng.lookup(req("What color is the shape?", scope="mine"))
     assert hit is not None and hit.payload == "right"
 

@@ -166,7 +166,7 @@ def test_same_image_and_question_twice_calls_model_once(wired: Callable[..., Cou
 def test_paraphrase_about_same_image_is_an_l1_hit(wired: Callable[..., CountingChatModel], cache: MultimodalSemanticCache) -> None:
     model = wired()
     model.invoke(ask("What color is the shape?", RED_PNG))
-    again = model.invoke(ask("What is the color of the shape?", RED_PNG))
+    again = model.invoke(ask("What's the color of the shape?", RED_PNG))
     assert model.calls == 1 and again.content == "answer-1"
     hit = cache.last_hit
     assert hit is not None and hit.tier == "L1"
@@ -254,7 +254,7 @@ async def test_same_flows_through_ainvoke(global_cache: MultimodalSemanticCache)
     with global_cache.track() as seen:
         await model.ainvoke(ask("What color is the shape?", RED_PNG))
         assert (await model.ainvoke(ask("What color is the shape?", RED_PNG))).content == "answer-1"
-        await model.ainvoke(ask("What is the color of the shape?", RED_PNG))
+        await model.ainvoke(ask("What's the color of the shape?", RED_PNG))
         await model.ainvoke(ask("What color is the shape?", resaved(RED_PNG)))
         await model.ainvoke(ask("What color is the shape?", BLUE_PNG))
         await CountingChatModel(temperature=0.5).ainvoke(ask("What color is the shape?", RED_PNG))
@@ -270,7 +270,7 @@ async def test_same_flows_through_abatch(cache: MultimodalSemanticCache) -> None
     with cache.track() as seen:
         out = await model.abatch([
             ask("What color is the shape?", RED_PNG),
-            ask("What is the color of the shape?", RED_PNG),
+            ask("What's the color of the shape?", RED_PNG),
             ask("What color is the shape?", resaved(RED_PNG)),
             ask("What color is the shape?", BLUE_PNG),
         ])

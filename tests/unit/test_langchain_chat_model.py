@@ -25,7 +25,7 @@ from tests.helpers import png_bytes, record_answers, solid
 from tests.unit._fake_chat import FakeToolChatModel, StreamBroke
 
 RED_PNG = png_bytes(solid((220, 30, 30)))
-QUESTION, PARAPHRASE = "What color is the shape?", "What is the color of the shape?"
+QUESTION, PARAPHRASE = "What color is the shape?", "What's the color of the shape?"
 STYLES = ["invoke", "ainvoke", "batch", "abatch", "stream", "astream", "astream_events"]
 
 
