@@ -327,6 +327,22 @@ def print_table(rows: dict[str, dict[str, float]]) -> None:
         print(f"{k:45} {r['n']:>4} {r['median']:>10.3f} {r['p90']:>9.3f} {r['p99']:>9.3f}")
 
 
+def reference_encode(n: int) -> dict[str, list[float]]:
+    """E: the budgets' unit -- one sentence through all-MiniLM-L6-v2 in fp32 on torch
+    (sentence-transformers), timed in this run beside everything else."""
+    from mlc_integrations.models import TextEmbedder
+
+    model = TextEmbedder(None, backend="torch")
+    model.embed(["warm up the reference encoder"])
+    times = []
+    for i in range(n):
+        text = f"What is the reference sentence number {i} about?"
+        t0 = time.perf_counter()
+        model._ensure().encode([text])  # the model itself, no memo
+        times.append((time.perf_counter() - t0) * 1000.0)
+    return {"E: one fp32 MiniLM encode (torch, sentence-transformers)": times}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--n", type=int, default=None, help="requests per operation (default 200, --quick 50)")
@@ -349,6 +365,7 @@ def main() -> None:
     print(f"load average at start: {report['load_at_start']}  ({os.cpu_count()} CPUs, {n} requests per operation)",
           flush=True)
     samples = floor(n)
+    samples.update(reference_encode(n))
     m, report["mlc"] = mlc(n)
     samples.update(m)
     im, report["in_memory"] = in_memory(n)
@@ -367,6 +384,11 @@ def main() -> None:
     text_miss = rows["MLC text miss (lookup + update)"]["median"]
     pic_miss = rows["MLC miss, new picture (lookup + update)"]["median"]
     gpt = rows["GPTCache t=0.99 lookup, new question"]["median"]
+    e = rows["E: one fp32 MiniLM encode (torch, sentence-transformers)"]["median"]
+    budgets = {"MLC L0.5 hit": 0.02, "MLC L1 hit": 0.6, "MLC text miss (lookup + update)": 0.5}
+    report["over_E"] = {op: rows[op]["median"] / e for op in budgets if op in rows}
+    print(f"\nratios to E = {e:.2f} ms (one fp32 MiniLM encode, this run): " + "; ".join(
+        f"{op} {r:.3f}E (budget {budgets[op]}E)" for op, r in report["over_E"].items()))
     ratios = report["ratios"] = {
         "mlc_text_miss_over_gptcache_lookup": text_miss / gpt,
         "mlc_picture_miss_over_gptcache_lookup": pic_miss / gpt,

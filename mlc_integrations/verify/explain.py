@@ -70,8 +70,8 @@ def difference(stored: str, new: str, limit: int = 3) -> str:
     return "; ".join(out)
 
 
-def refusal_reason(stored: str, new: str, probability: float, threshold: float) -> str:
-    """The sentence a refusal shows: what differs, then the judge's confidence."""
+def refusal_reason(stored: str, new: str, probability: float, threshold: float, who: str = "judge") -> str:
+    """The sentence a refusal shows: what differs, then the deciding model's confidence."""
     diff = difference(stored, new)
     head = diff or "the same words in another sense"
-    return f"{head} (judge: P(same answer) {probability:.2f} < {threshold:.2f})"
+    return f"{head} ({who}: P(same answer) {probability:.2f} < {threshold:.2f})"

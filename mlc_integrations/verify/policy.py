@@ -268,7 +268,8 @@ class VerificationPolicy:
         if not d.accept:
             d.detail = f"model {model}"
             if new_text is not None and stored_text is not None:  # what the user changed, in their words
-                d.detail = refusal_reason(stored_text, new_text, p, d.threshold)
+                d.detail = refusal_reason(stored_text, new_text, p, d.threshold,
+                                          "judge" if model == "judge" else f"verifier, model {model}")
         return d
 
     @staticmethod
