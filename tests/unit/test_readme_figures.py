@@ -18,12 +18,18 @@ AFTER_RESULTS = "## Limits"
 
 
 def number_tokens(text: str) -> set[str]:
+    """Every number of ``text`` as written and as a report would round it (a result file
+    holds 0.44062, the README says 0.441; 402.0 is 402; a fraction is also a percentage)."""
     out: set[str] = set()
     for m in NUMBER.finditer(text):
         token = m.group(0).replace(",", "")
         out.add(token)
-        if "." in token and 0.0 <= float(token) <= 1.0:
-            out.update(f"{float(token) * 100:.{d}f}" for d in (0, 1, 2))
+        if "." not in token:
+            continue
+        v = float(token)
+        out.update(f"{v:.{d}f}" for d in (0, 1, 2, 3))
+        if 0.0 <= v <= 1.0:
+            out.update(f"{v * 100:.{d}f}" for d in (0, 1, 2))
     return out
 
 
