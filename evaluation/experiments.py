@@ -18,6 +18,7 @@ from .backends import GroundTruthOracle
 from .baselines import GPTCacheLangChain, configurations, mlc_cache
 from .runner import RunResult, attach_speedups, run_workload
 from .workloads import Workload, build
+from .baselines import SWEEP_IMAGE_ENCODER, TINY_CLIP_CONFIG
 
 log = logging.getLogger(__name__)
 
@@ -165,11 +166,11 @@ def sweep(
     series = [s for s in SERIES if (wl.multimodal or not s.startswith("L2"))
               and (_engine_has_verifier() or "verifier" not in s)
               and not (classifier_stream and s.startswith("L1"))]
-    enc_label = f", L2 on {image_encoder}" if image_encoder else ""
+    enc_label = f", L2 on {image_encoder or SWEEP_IMAGE_ENCODER}"
     plan: list[tuple[str, str, dict[str, Any], Callable[[], Any]]] = [
         ("no cache", "no cache", {}, lambda: None),
         ("exact-only", "LangChain InMemoryCache (exact)", {}, configurations()["exact-only"][1]),
-        ("MLC defaults", f"MLC engine defaults{enc_label}", dict(enc_opts), lambda: mlc_cache(**enc_opts)),
+        (TINY_CLIP_CONFIG, f"MLC engine defaults{enc_label}", dict(enc_opts), lambda: mlc_cache(**enc_opts)),
     ]
     for s in series:
         for t in ([None] if s == "L0.5 only" else taus):

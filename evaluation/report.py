@@ -10,6 +10,7 @@ from typing import Any, Optional
 
 from .experiments import Experiment
 from .runner import RunResult
+from .baselines import TINY_CLIP_CONFIG
 
 ORACLE_NOTE = ("Backend 'oracle' is a ground-truth oracle that sleeps a fixed latency and is NOT a real model: "
                "its times show what the cache saves and costs, not what any model would take.")
@@ -108,7 +109,7 @@ def plot_speedups(exp: Experiment, out: Path, name: str) -> Optional[Path]:
     groups = sorted({(r.workload, _backend_key(r, exp)) for r in rs}, key=lambda g: [w.name for w in exp.workloads].index(g[0]) if g[0] in [w.name for w in exp.workloads] else 0)
     configs = list(dict.fromkeys(r.config for r in rs if not r.params.get("tau") or r.config.startswith("GPT")))
     if exp.kind == "sweep":
-        configs = [c for c in configs if c in ("no cache", "exact-only", "MLC defaults", "L0.5 only") or c.startswith("GPT")]
+        configs = [c for c in configs if c in ("no cache", "exact-only", TINY_CLIP_CONFIG, "L0.5 only") or c.startswith("GPT")]
         extra = [r for r in rs if r.config.startswith("MLC all tiers")]
         best = max(extra, key=lambda r: r.speedup or 0, default=None)
     else:
@@ -183,7 +184,7 @@ def write_report(exp: Experiment, out_dir: str | Path, name: Optional[str] = Non
             lines.append(f"| {s} | {_fmt(b.params.get('tau') if b else None, 'g')} | {_fmt(b.hit_rate if b else None)} | "
                          f"{_fmt(b.accuracy if b else None)} |" if b else f"| {s} | none reaches 0.99 | – | – |")
         lines.append("")
-        d = next((r for r in exp.results if r.config == "MLC defaults"), None)
+        d = next((r for r in exp.results if r.config == TINY_CLIP_CONFIG), None)
         if d:
             lines += kinds_table(d) + [""]
         if exp.extra.get("scenes"):  # scene sweeps: oracle-reusable set, Experiment 2 table, targets
@@ -194,7 +195,7 @@ def write_report(exp: Experiment, out_dir: str | Path, name: Optional[str] = Non
         for wl in exp.workloads:
             rs = [r for r in exp.results if r.workload == wl.name]
             lines += [f"## {wl.name}", "", wl.description, ""] + results_table(exp, rs) + [""]
-            d = next((r for r in rs if r.config == "MLC defaults"), None)
+            d = next((r for r in rs if r.config in (TINY_CLIP_CONFIG, "MLC as shipped")), None)  # bench / demo
             if d:
                 lines += kinds_table(d) + [""]
     if plots:

@@ -7,7 +7,7 @@ question it matched (or the candidate it refused, and why).
 Runs the stream once through LangChain's cache path against the ground-truth oracle
 (no latency: only decisions matter here), reading the adapter's ``last_lookup`` after
 each request. ``--config`` picks ``defaults`` (``mlc-scenes-tiny`` on L2, the sweep's
-"MLC defaults") or ``shipped`` (``MultimodalSemanticCache()``, L2 on the default image
+"MLC defaults, L2 on a tiny CLIP") or ``shipped`` (``MultimodalSemanticCache()``, L2 on the default image
 encoder). ``--l2-image-threshold`` overrides the L2 image threshold of ``defaults``
 (everything else stays the default): choose it on ``--split train``, then check it once
 on the test split.

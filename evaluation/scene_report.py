@@ -11,6 +11,7 @@ from typing import Any, Optional
 
 from .experiments import Experiment
 from .runner import RunResult
+from .baselines import TINY_CLIP_CONFIG
 
 TARGET_ACCURACY = 0.99
 TARGET_SERVED = 0.70
@@ -50,7 +51,7 @@ def targets(exp: Experiment) -> list[str]:
             + (" changed answers reused (target 0) |" if edit else ""),
             "|---|---|---|" + ("---|" if edit else "")]
     for r in exp.results:
-        if r.config not in ("MLC defaults", "MLC as shipped"):
+        if r.config not in (TINY_CLIP_CONFIG, "MLC as shipped"):
             continue
         s = sc["scores"][r.label]
         ok_acc = "met" if r.accuracy >= TARGET_ACCURACY else "NOT met"
@@ -66,7 +67,7 @@ def targets(exp: Experiment) -> list[str]:
 def kinds_matrix(exp: Experiment) -> list[str]:
     """Hits (wrong) per request kind for the defaults and the L2 / all-tier series."""
     wl = exp.workloads[0]
-    cols = [r for r in exp.results if r.config in ("MLC as shipped", "MLC defaults", "exact-only")
+    cols = [r for r in exp.results if r.config in ("MLC as shipped", TINY_CLIP_CONFIG, "exact-only")
             or r.config.startswith(("L2 only", "MLC all tiers"))]
     kinds = list(wl.kinds())
     rows = ["| request kind | requests | oracle-reusable | " + " | ".join(r.label for r in cols) + " |",
@@ -86,7 +87,7 @@ def families_matrix(exp: Experiment) -> list[str]:
     """Wrong hits per question family, same columns as :func:`kinds_matrix`."""
     wl = exp.workloads[0]
     sc = exp.extra["scenes"]
-    cols = [r for r in exp.results if r.config in ("MLC as shipped", "MLC defaults", "exact-only")
+    cols = [r for r in exp.results if r.config in ("MLC as shipped", TINY_CLIP_CONFIG, "exact-only")
             or r.config.startswith(("L2 only", "MLC all tiers"))]
     fams = list(dict.fromkeys(str(it.meta.get("family")) for it in wl.items))
     rows = ["| question family | requests | oracle-reusable | " + " | ".join(r.label for r in cols) + " |",
@@ -147,12 +148,12 @@ def plot_scenes(exp: Experiment, out: Path) -> Optional[Path]:
         bad = [sc["scores"][r.label]["changed_answer_reused"] if edit else r.wrong_hits for r in rs]
         axes[1].plot(taus, bad, marker="os^Dv"[k % 5], label=s)
     for r in exp.results:
-        if r.config in ("MLC defaults", "MLC as shipped", "exact-only", "GPTCache t=0.8"):
+        if r.config in (TINY_CLIP_CONFIG, "MLC as shipped", "exact-only", "GPTCache t=0.8"):
             v = sc["scores"][r.label]["served_fraction"] or 0
-            axes[0].axhline(v, ls="--", lw=1, color={"MLC defaults": "C3", "MLC as shipped": "C7"}.get(r.config, "gray"))
+            axes[0].axhline(v, ls="--", lw=1, color={TINY_CLIP_CONFIG: "C3", "MLC as shipped": "C7"}.get(r.config, "gray"))
             axes[0].text(0.01, v, f" {r.config}", va="bottom", fontsize=7, transform=axes[0].get_yaxis_transform())
             bad = sc["scores"][r.label]["changed_answer_reused"] if edit else r.wrong_hits
-            axes[1].axhline(bad, ls="--", lw=1, color={"MLC defaults": "C3", "MLC as shipped": "C7"}.get(r.config, "gray"))
+            axes[1].axhline(bad, ls="--", lw=1, color={TINY_CLIP_CONFIG: "C3", "MLC as shipped": "C7"}.get(r.config, "gray"))
             axes[1].text(0.01, bad, f" {r.config}", va="bottom", fontsize=7, transform=axes[1].get_yaxis_transform())
     axes[0].set_title(f"{wl}: oracle-reusable requests served from the cache")
     axes[0].set_ylabel("served / oracle-reusable")

@@ -221,7 +221,7 @@ def _torch_pipeline(d: Path) -> Any:
     return SentencePipeline().eval()
 
 
-def _feeds(encs: Sequence[Any]) -> dict[str, np.ndarray]:
+def encodingencoding_feeds(encs: Sequence[Any]) -> dict[str, np.ndarray]:
     """Tokenizer encodings -> model inputs, right-padded to the longest (pad id 0, masked)."""
     width = max(len(e.ids) for e in encs)
     out = {k: np.zeros((len(encs), width), dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
@@ -291,7 +291,7 @@ def export(model_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
     pipe = _torch_pipeline(d)
     tok = load_tokenizer(d)
     names = ["input_ids", "attention_mask", "token_type_ids"]
-    sample = {k: torch.from_numpy(v) for k, v in _feeds([tok.encode("hello world")]).items()}
+    sample = {k: torch.from_numpy(v) for k, v in encoding_feeds([tok.encode("hello world")]).items()}
     axes = {n: {0: "batch", 1: "tokens"} for n in names} | {"sentence_embedding": {0: "batch"}}
     with tempfile.TemporaryDirectory(dir=out) as work, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the exporter's tracer warnings are about Python control flow we do not take
@@ -305,7 +305,7 @@ def export(model_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
     keep = _fp32_nodes(onnx.load(str(out / "fp32.onnx"), load_external_data=False), int(cfg["num_hidden_layers"]))
     quantize(out / "fp32.onnx", out / "int8.onnx", keep)
     with torch.inference_mode():
-        ref = pipe(**{k: torch.from_numpy(v) for k, v in _feeds(tok.encode_batch(list(PROBES))).items()}).numpy()
+        ref = pipe(**{k: torch.from_numpy(v) for k, v in encoding_feeds(tok.encode_batch(list(PROBES))).items()}).numpy()
     got = OnnxTextEncoder.from_files(d, out / "fp32.onnx", out / "int8.onnx", threads=1).encode(PROBES)
     keep_int8, min_cos = int8_self_check(ref, got)
     if not keep_int8:
@@ -410,7 +410,7 @@ class OnnxTextEncoder:
                               threads=threads)
 
     def _run(self, session: Any, encs: Sequence[Any]) -> np.ndarray:
-        feeds = _feeds(encs)
+        feeds = encoding_feeds(encs)
         return session.run(None, {n: feeds[n] for n in self._input_names[id(session)]})[0]
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:

@@ -247,15 +247,9 @@ class PairJudge:
 
     # ------------------------------------------------------------ scoring
     def feeds(self, pairs: Sequence[tuple[str, str]]) -> dict[str, np.ndarray]:
-        encs = self.tok.encode_batch([(s, n) for s, n in pairs])
-        width = max(len(e.ids) for e in encs)
-        out = {k: np.zeros((len(encs), width), dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
-        for i, e in enumerate(encs):
-            k = len(e.ids)
-            out["input_ids"][i, :k] = e.ids
-            out["attention_mask"][i, :k] = e.attention_mask
-            out["token_type_ids"][i, :k] = e.type_ids
-        return out
+        from ..text_onnx import encoding_feeds
+
+        return encoding_feeds(self.tok.encode_batch([(s, n) for s, n in pairs]))
 
     def head_logit(self, pooled: np.ndarray, feats: np.ndarray) -> np.ndarray:
         z = np.clip((np.atleast_2d(feats) - self.feat_mean) / self.feat_scale, -6.0, 6.0)

@@ -11,6 +11,7 @@ import pytest
 
 from evaluation.cli import build_parser, main
 from mlc_integrations.cli import build_parser as library_parser
+from evaluation.baselines import TINY_CLIP_CONFIG
 
 
 def test_parser_has_the_commands() -> None:
@@ -49,7 +50,7 @@ def test_quick_sweep_report_is_sane(tmp_path: Path, text_embedder: Any, capsys: 
     data = json.loads((out / "sweep_vqa.json").read_text())
     results = data["results"]
     configs = {r["config"] for r in results}
-    assert {"no cache", "exact-only", "MLC defaults", "L0.5 only", "L1 only (raw)", "L2 only (raw)", "MLC all tiers (raw)"} <= configs
+    assert {"no cache", "exact-only", TINY_CLIP_CONFIG, "L0.5 only", "L1 only (raw)", "L2 only (raw)", "MLC all tiers (raw)"} <= configs
     for r in results:
         assert r["n"] > 0
         for k in ("hit_rate", "accuracy", "false_hit_rate"):
@@ -60,7 +61,7 @@ def test_quick_sweep_report_is_sane(tmp_path: Path, text_embedder: Any, capsys: 
     assert by["no cache"]["accuracy"] == 1.0 and by["no cache"]["hits"] == 0
     assert by["exact-only"]["wrong_hits"] == 0 and by["exact-only"]["accuracy"] == 1.0
     assert by["L0.5 only"]["wrong_hits"] == 0 and by["L0.5 only"]["hits"] >= by["exact-only"]["hits"]
-    assert by["MLC defaults"]["lookup_p50_ms"] is not None
+    assert by[TINY_CLIP_CONFIG]["lookup_p50_ms"] is not None
     assert "not a real model" in data["backends"]["oracle"]
     md = (out / "sweep_vqa.md").read_text()
     assert "NOT a real model" in md and "| no cache |" in md

@@ -18,6 +18,7 @@ from evaluation.baselines import gptcache_cosine, gptcache_threshold_for_cosine 
 from evaluation.runner import RunResult, attach_speedups, run_workload, to_messages  # noqa: E402
 from evaluation.workloads import WorkItem, Workload  # noqa: E402
 from tests.helpers import png_bytes, solid  # noqa: E402
+from evaluation.baselines import TINY_CLIP_CONFIG
 
 
 def _text_workload() -> Workload:
@@ -118,5 +119,5 @@ def test_mlc_cache_through_langchain_reports_tiers(text_embedder: Any) -> None:
              WorkItem("what color is the shape?", "red", "repeat", image=img),
              WorkItem("what shape is in the image?", "rectangle", "new", image=img)]
     wl = Workload("m", "t", items, multimodal=True)
-    r = run_workload(wl, mlc_cache(), GroundTruthOracle(latency_s=0.0), config="MLC defaults")
+    r = run_workload(wl, mlc_cache(), GroundTruthOracle(latency_s=0.0), config=TINY_CLIP_CONFIG)
     assert r.tier_hits == {"L0.5": 1} and r.wrong_hits == 0 and r.backend_calls == 2

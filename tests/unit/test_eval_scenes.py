@@ -31,6 +31,7 @@ from evaluation.scenes import (
     valid,
 )
 from evaluation.workloads import WorkItem
+from evaluation.baselines import TINY_CLIP_CONFIG
 
 
 def _hand_scene() -> Scene:
@@ -178,7 +179,7 @@ def test_quick_scene_sweep_end_to_end(workload: str, tmp_path: Path, text_embedd
     assert main(["sweep", "--workload", workload, "--quick", "--latency-ms", "0", "--out", str(out)]) == 0
     data = json.loads((out / f"sweep_{workload}.json").read_text())
     configs = {r["config"] for r in data["results"]}
-    assert {"no cache", "exact-only", "MLC defaults", "MLC as shipped", "L2 only (raw)", "MLC all tiers (raw)"} <= configs
+    assert {"no cache", "exact-only", TINY_CLIP_CONFIG, "MLC as shipped", "L2 only (raw)", "MLC all tiers (raw)"} <= configs
     sc = data["extra"]["scenes"]
     assert sc["clip_model"] == "mlc-scenes-tiny" and 0 < sc["oracle"]["reusable"] < sc["oracle"]["requests"]
     for r in data["results"]:
@@ -231,7 +232,7 @@ def test_diagnosis_lists_each_wrong_hit_and_each_unserved_reusable_request(text_
 
     wl = edit_stream(n_scenes=1, seed=0)
     rows = diagnose(wl, mlc_cache(image_encoder=scenes_clip()))
-    run = run_workload(wl, mlc_cache(image_encoder=scenes_clip()), GroundTruthOracle(latency_s=0.0), config="MLC defaults")
+    run = run_workload(wl, mlc_cache(image_encoder=scenes_clip()), GroundTruthOracle(latency_s=0.0), config=TINY_CLIP_CONFIG)
     assert [r["outcome"] for r in rows] == run.outcomes  # the same decisions as the sweep's runner
     assert all(r["tier"] in ("L0.5", "L1", "L2") for r in rows if r["outcome"] != "miss")
     md = markdown(wl, "defaults", rows)
