@@ -53,10 +53,16 @@ CLOSE_DRAIN_TIMEOUT_S = 60.0
 
 
 def release_engine(pending: Optional[PendingEntries], eviction: Eviction, store: ChromaStore,
-                   dir_lock: Optional[DirectoryLock]) -> None:
-    """An engine's teardown, in order: pending entries, last-access times, the store (a
-    clean close: the next open need not check its indexes), the directory lock.
-    Never raises: it also runs at interpreter exit (shutdown.py)."""
+                   dir_lock: Optional[DirectoryLock], warm: Optional[threading.Thread],
+                   warm_stop: threading.Event) -> None:
+    """An engine's teardown, in order: the warm start (told to stop after its current
+    step, then awaited: a model still loading in native code while the interpreter tears
+    down crashed a script that exited right after building an engine), pending entries,
+    last-access times, the store (a clean close: the next open need not check its
+    indexes), the directory lock. Never raises: it also runs at interpreter exit (shutdown.py)."""
+    warm_stop.set()
+    if warm is not None and warm.is_alive() and warm is not threading.current_thread():
+        warm.join(CLOSE_DRAIN_TIMEOUT_S)
     if pending is not None:
         if not pending.drain(CLOSE_DRAIN_TIMEOUT_S):
             log.warning("cache closing: %d acknowledged entries were not written within %.0f s (lost)",
@@ -185,16 +191,18 @@ class MLCEngine:
                                               prompt_threshold=float(l2_prompt_threshold),
                                               prescreen_threshold=tiers.l2_prescreen,
                                               image_verifier=tiers.image_verifier)
-        # Released once: close(), garbage collection, interpreter exit or SIGTERM (shutdown.py).
-        self._release = shutdown.register(self, release_engine, self.pending, self.eviction, self.store,
-                                          self._dir_lock)
-        if self.pending is not None:
-            shutdown.install_sigterm_handler()
         self.inflight = InFlight(tiers.inflight_wait_s)  # identical requests in flight wait for the first's answer (inflight.py)
         self._warm: Optional[threading.Thread] = None
+        self._warm_stop = threading.Event()
         if warm_start if warm_start is not None else self.store.mode != "ephemeral":
             # A long-lived cache opens its store (index check) and loads its models now, in the background.
             self._warm = threading.Thread(target=self._warm_start, name="mlc-warm-start", daemon=True)
+        # Released once: close(), garbage collection, interpreter exit or SIGTERM (shutdown.py).
+        self._release = shutdown.register(self, release_engine, self.pending, self.eviction, self.store,
+                                          self._dir_lock, self._warm, self._warm_stop)
+        if self.pending is not None:
+            shutdown.install_sigterm_handler()
+        if self._warm is not None:
             self._warm.start()
 
     # ------------------------------------------------------------------ options, read-only views
@@ -233,7 +241,8 @@ class MLCEngine:
         except Exception as exc:
             log.info("warm start: store not opened (%s); the first call opens it", exc)
             pictures = True
-        self.warmup(images=pictures)
+        if not self._warm_stop.is_set():  # closing (or exiting) already: no model loads now
+            self.warmup(images=pictures)
 
     # ------------------------------------------------------------------ keying
     def decode_image(self, value: Any, what: str = "image") -> DecodedImage:

@@ -101,3 +101,14 @@ def test_every_acknowledged_update_survives_its_process_through_a_server(chroma_
     with ThreadPoolExecutor(4) as pool:  # several processes on one server at once
         results = list(pool.map(one, enumerate(WRITERS)))
     _check(results, where)
+
+
+def test_a_program_that_exits_while_the_warm_start_loads_models_ends_cleanly(tmp_path: Path) -> None:
+    """Built and gone at once: the release stops and awaits the warm start, so no model is
+    still loading in native code while the interpreter tears down (it crashed 2 runs in 3)."""
+    code = ("import sys; from mlc_integrations import MLCEngine, TierOptions; "
+            "MLCEngine(persist_directory=sys.argv[1], image_encoder=None, tiers=TierOptions(text_backend='onnx-fp32'))")
+    for k in range(3):
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / f"c{k}")], cwd=ROOT, env=_env(),
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, (k, out.returncode, out.stderr[-2000:])
