@@ -221,7 +221,7 @@ def _torch_pipeline(d: Path) -> Any:
     return SentencePipeline().eval()
 
 
-def encodingencoding_feeds(encs: Sequence[Any]) -> dict[str, np.ndarray]:
+def encoding_feeds(encs: Sequence[Any]) -> dict[str, np.ndarray]:
     """Tokenizer encodings -> model inputs, right-padded to the longest (pad id 0, masked)."""
     width = max(len(e.ids) for e in encs)
     out = {k: np.zeros((len(encs), width), dtype=np.int64) for k in ("input_ids", "attention_mask", "token_type_ids")}
