@@ -20,23 +20,30 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
+
+
+def _open_cache(args: argparse.Namespace) -> Any:
+    """The cache ``--dir`` names, or the server ``--host/--port`` names."""
+    from .inspection import CacheDirectory
+
+    return CacheDirectory(args.dir, host=args.host, port=args.port)
 
 
 def _cmd_stats(args: argparse.Namespace) -> int:
     from .entries import IMAGE_ROW_TIERS
-    from .inspection import KNOWN_NAMESPACES, CacheDirectory, bytes_human, size_on_disk
+    from .inspection import KNOWN_NAMESPACES, bytes_human, size_on_disk
 
-    with CacheDirectory(args.dir) as cd:
+    with _open_cache(args) as cd:
         prefixes = [cd.prefix(args.prefix)] if args.prefix else sorted(cd.prefixes)
         caches = [cd.summary(p) for p in prefixes]
-    size = size_on_disk(cd.path)
+    size = size_on_disk(cd.path) if cd.path is not None else None
     if args.json:
-        print(json.dumps({"directory": str(cd.path), "bytes_on_disk": size,
-                          "caches": [c.to_dict() for c in caches]}, indent=2))
+        print(json.dumps({"directory": str(cd.path) if cd.path else None, "server": cd.where if cd.host else None,
+                          "bytes_on_disk": size, "caches": [c.to_dict() for c in caches]}, indent=2))
         return 0
-    print(f"cache directory {cd.path}: {bytes_human(size)} on disk")
+    print(f"cache directory {cd.path}: {bytes_human(size)} on disk" if size is not None else f"cache at {cd.where}")
     for c in caches:
         print(f"\nprefix {c.prefix!r}: {c.entries} entries ({c.expired} expired, not served)")
         print("  rows per tier: " + ", ".join(f"{t} {n}" for t, n in c.tiers.items())
@@ -52,21 +59,21 @@ def _cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _cmd_scopes(args: argparse.Namespace) -> int:
-    from .inspection import CacheDirectory, when
+    from .inspection import when
 
-    with CacheDirectory(args.dir) as cd:
+    with _open_cache(args) as cd:
         prefixes = [cd.prefix(args.prefix)] if args.prefix else sorted(cd.prefixes)
         caches = [cd.summary(p) for p in prefixes]
     if args.json:
-        print(json.dumps({"directory": str(cd.path), "caches": [
+        print(json.dumps({"directory": str(cd.path) if cd.path else None, "caches": [
             {"prefix": c.prefix, "scopes": c.to_dict()["scopes"]} for c in caches]}, indent=2))
         return 0
     for c in caches:
-        print(f"prefix {c.prefix!r} in {cd.path}: {len(c.scopes)} scope/namespace pairs, {c.entries} entries")
+        print(f"prefix {c.prefix!r} in {cd.where}: {len(c.scopes)} scope/namespace pairs, {c.entries} entries")
         print(f"  {'scope digest':32}  {'namespace digest':32}  {'entries':>7}  {'expired':>7}  {'w/ image':>8}  "
               f"{'oldest':19}  newest")
         for s in c.scopes:
-            label = f"  scope {s.scope_label!r}" if s.scope_label else ""
+            label = f"  model {s.model!r}" if s.model else ""
             label += f"  namespace {s.ns_label!r}" if s.ns_label else ""
             print(f"  {s.scope:32}  {s.ns:32}  {s.entries:7d}  {s.expired:7d}  {s.with_images:8d}  "
                   f"{when(s.oldest):19}  {when(s.newest):19}{label}")
@@ -74,28 +81,35 @@ def _cmd_scopes(args: argparse.Namespace) -> int:
 
 
 def _cmd_clear(args: argparse.Namespace) -> int:
-    from .inspection import CacheDirectory, digest_of
+    from .inspection import digest_of
 
-    with CacheDirectory(args.dir) as cd:
+    with _open_cache(args) as cd:
         prefix = cd.prefix(args.prefix)
-        scope = digest_of(args.scope) if args.scope is not None else (
-            cd.resolve_digest(prefix, "scope", args.scope_digest) if args.scope_digest else None)
+        scopes: Optional[list[str]] = None
+        if args.model is not None:
+            scopes = cd.scopes_of_model(prefix, args.model)
+        elif args.scope is not None:
+            scopes = [digest_of(args.scope)]
+        elif args.scope_digest:
+            scopes = [cd.resolve_digest(prefix, "scope", args.scope_digest)]
         ns = digest_of(args.namespace) if args.namespace is not None else (
             cd.resolve_digest(prefix, "ns", args.namespace_digest) if args.namespace_digest else None)
-        what = " and ".join(f"{k} {v}" for k, v in (("scope", scope), ("namespace", ns)) if v) or "every scope"
-        n = cd.matching(prefix, scope, ns)
+        what = " and ".join(w for w in (
+            f"model {args.model!r}" if args.model is not None else
+            f"scope {scopes[0]}" if scopes else "", f"namespace {ns}" if ns else "") if w) or "every scope"
+        n = cd.matching(prefix, scopes, ns)
         if n == 0:
-            print(f"nothing to clear: no entries of {what} in {cd.path} (prefix {prefix!r})")
+            print(f"nothing to clear: no entries of {what} in {cd.where} (prefix {prefix!r})")
             return 0
         if not args.yes:
             if not sys.stdin.isatty():
                 return _error(args, f"would delete {n} entries of {what}; not asking without a terminal: pass --yes")
-            answer = input(f"delete {n} entries of {what} from {cd.path} (prefix {prefix!r})? [y/N] ")
+            answer = input(f"delete {n} entries of {what} from {cd.where} (prefix {prefix!r})? [y/N] ")
             if answer.strip().lower() not in ("y", "yes"):
                 print("aborted: nothing deleted")
                 return 1
-        removed = cd.clear(prefix, scope, ns)
-    print(f"cleared {removed} entries of {what} from {cd.path} (prefix {prefix!r})")
+        removed = cd.clear(prefix, scopes, ns)
+    print(f"cleared {removed} entries of {what} from {cd.where} (prefix {prefix!r})")
     return 0
 
 
@@ -116,17 +130,22 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     import time
     from pathlib import Path
 
-    from .dirlock import DirectoryLock
-    from .server import ChromaServer
+    from .dirlock import DirectoryLock, mark_served
+    from .server import ChromaServer, port_in_use
 
+    if port_in_use(args.host, args.port):  # else a server already there would answer our heartbeat
+        return _error(args, f"port {args.port} on {args.host} is in use (another `mlc serve` or Chroma server?); "
+                            "choose another with --port", code=1)
     path = Path(args.dir)
     path.mkdir(parents=True, exist_ok=True)
     lock = DirectoryLock.acquire(str(path))  # no embedded engine may write it meanwhile
     server = ChromaServer(path, host=args.host, port=args.port)
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append("SIGTERM"))
+    marker = None
     try:
         server.start()
+        marker = mark_served(str(path), server.host, server.port)
         print(f"serving cache directory {path} at {server.url} (Ctrl-C to stop)", flush=True)
         print(f"  every process: MultimodalSemanticCache(chroma_host={server.host!r}, chroma_port={server.port}) "
               f"or MLCEngine(chroma_host={server.host!r}, chroma_port={server.port})", flush=True)
@@ -137,6 +156,8 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         pass
     finally:
+        if marker is not None:
+            marker.unlink(missing_ok=True)
         server.close()
         lock.release()
     print("stopped", flush=True)
@@ -147,6 +168,9 @@ def _cache_dir_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", default=".mlc_cache",
                    help="embedded cache directory (default: .mlc_cache, the LangChain cache's default); "
                         "it must exist")
+    p.add_argument("--host", default=None, help="read the cache through the Chroma server at this host instead "
+                   "(e.g. the one `mlc serve` runs for a directory); --dir is then ignored")
+    p.add_argument("--port", type=int, default=8000, help="the server's port (with --host; default 8000)")
     p.add_argument("--prefix", default=None, help="collection prefix (default: every cache in the directory; "
                    "clear needs one when there are several)")
 
@@ -183,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     who = c.add_mutually_exclusive_group()
     who.add_argument("--scope", default=None, help="the scope as the adapter built it (e.g. LangChain's llm_string)")
     who.add_argument("--scope-digest", default=None, help="a scope digest as `mlc scopes` shows it (or a unique prefix)")
+    who.add_argument("--model", default=None, help="every scope of this model, as `mlc scopes` names it (the model "
+                     "field of LangChain's llm_string or of a LlamaIndex LLM, e.g. gpt-4o)")
     ns = c.add_mutually_exclusive_group()
     ns.add_argument("--namespace", default=None, help="the namespace (tenant) string")
     ns.add_argument("--namespace-digest", default=None, help="a namespace digest as `mlc scopes` shows it")
@@ -205,7 +231,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return _error(args, str(exc), code=1)
     except StorageError as exc:
         if args.command in ("stats", "scopes", "clear"):
-            return _error(args, f"cannot read the cache in {args.dir!r}: {exc}")
+            where = f"at {args.host}:{args.port}" if args.host else f"in {args.dir!r}"
+            return _error(args, f"cannot read the cache {where}: {exc}")
         raise
 
 

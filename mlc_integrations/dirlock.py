@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 from pathlib import Path
+from typing import Optional
 
 from .errors import DirectoryInUseError
 
@@ -71,6 +72,12 @@ def _lock_file(directory: str) -> int:
     except BlockingIOError:
         owner = _owner(fd)
         os.close(fd)
+        served = served_at(directory)
+        if served is not None:
+            raise DirectoryInUseError(
+                f"the cache directory {directory!r} is served by `mlc serve` at {served['host']}:{served['port']} "
+                f"(pid {served['pid']}): give this process chroma_host={served['host']!r}, "
+                f"chroma_port={served['port']} instead of persist_directory") from None
         raise DirectoryInUseError(
             f"the cache directory {directory!r} is in use by another process{owner}. Chroma's embedded "
             "mode is single-process: to share one cache between processes (web workers), run "
@@ -89,6 +96,30 @@ def _owner(fd: int) -> str:
     except OSError:
         return ""
     return f" (pid {pid})" if pid.isdigit() else ""
+
+
+SERVED_NAME = ".mlc-served.json"  # written by `mlc serve` while it holds the directory
+
+
+def mark_served(directory: str, host: str, port: int) -> Path:
+    """Say in ``directory`` that this process serves it at ``host:port`` (removed by the server on exit)."""
+    import json
+
+    path = Path(directory) / SERVED_NAME
+    path.write_text(json.dumps({"host": host, "port": port, "pid": os.getpid()}), encoding="utf-8")
+    return path
+
+
+def served_at(directory: "str | os.PathLike[str]") -> "Optional[dict]":
+    """Where ``mlc serve`` serves ``directory`` (host, port, pid), if a live process says so."""
+    import json
+
+    try:
+        info = json.loads((Path(directory) / SERVED_NAME).read_text(encoding="utf-8"))
+        os.kill(int(info["pid"]), 0)  # a marker left by a killed server names a dead pid
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return info
 
 
 def held_directories() -> list[str]:

@@ -22,7 +22,7 @@ from .entries import NO_EXPIRY, EntryKeys, EntryMeta, EntryStore, NewEntry, answ
 from .errors import InvalidRequestError, MLCError, StorageError, first_time
 from .eviction import Eviction
 from .images import DecodedImage
-from .keys import Keyer, KeyedRequest, scope_digest
+from .keys import Keyer, KeyedRequest, model_label, scope_digest
 from .image_encoders import DEFAULT_IMAGE_ENCODER, ImageEncoder
 from .inflight import InFlight, coalesced_in_thread
 from .models import TextEmbedder
@@ -384,7 +384,8 @@ class MLCEngine:
                          n_images=len(kr.images), expires_at=now + ttl if ttl else NO_EXPIRY)
         entry = NewEntry(entry_id=kr.entry_id, document=doc, partitions=kr.partitions(),
                          meta=EntryMeta(keys, created_at=now, last_access=now, answer=answer,
-                                        text=kr.text if self.store_prompts else None))
+                                        text=kr.text if self.store_prompts else None,
+                                        model=model_label(request.scope)))
         # Every vector before anything is written, so a model failure writes nothing.
         self.encoders.fill_vectors(entry, kr, l1=self.enable_l1 and kr.embeddable and bool(kr.norm_text),
                                    l2=self.enable_l2 and self._l2_applicable(kr),

@@ -101,9 +101,12 @@ class EntryMeta:
     last_access: float
     text: Optional[str] = None  # the prompt (None when store_prompts=False)
     answer: Optional[str] = None  # the answer text the verifier compares
+    model: str = ""  # the model the scope names (keys.model_label): `mlc clear --model`, `mlc scopes`
 
     def to_chroma(self) -> dict[str, Any]:
         meta = self.keys.metadata(created_at=self.created_at, last_access=self.last_access)
+        if self.model:
+            meta["model"] = self.model
         if self.text is not None:
             meta["text"] = _clip(self.text, TEXT_META_CHARS)
         if self.answer is not None:

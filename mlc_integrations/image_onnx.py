@@ -26,12 +26,15 @@ from typing import Any
 
 import numpy as np
 
+from .model_files import ExportMemo
+
 log = logging.getLogger(__name__)
 
 RECIPE = "i1"
 MIN_PROBE_COSINE = 0.9999
 ENV_IMAGE_BACKEND = "MLC_IMAGE_BACKEND"  # "auto" (ONNX when it can be had) or "torch"
 EXPORT_TIMEOUT_S = 600
+EXPORT_SECONDS_HINT = 10  # child process: import torch, export, probe check; 6-7 s here (first_call timing in the closing note)
 
 
 class OnnxImageUnavailable(RuntimeError):
@@ -82,24 +85,40 @@ def open_session(card: Any, weights: Path) -> OnnxImageSession:
         raise OnnxImageUnavailable(f"onnxruntime not importable: {exc}") from exc
     final = cache_dir(card, weights)
     if not (final / "meta.json").exists():
-        final.parent.mkdir(parents=True, exist_ok=True)
-        work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+        memo = ExportMemo(final)
+        earlier = memo.failed()
+        if earlier is not None:  # failed before in this installation: not retried on every start
+            raise OnnxImageUnavailable(f"the ONNX export of {card.name} failed earlier on this machine ({earlier}); "
+                                       f"delete {memo.path} or change the installation to retry")
+        log.warning("exporting the image tower %s to ONNX once for this machine (about %d s); "
+                    "later processes reuse %s", card.name, EXPORT_SECONDS_HINT, final)
         try:
-            here = str(Path(__file__).resolve().parents[1])  # the child imports this very package
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
-            res = subprocess.run([sys.executable, "-m", EXPORTER, "--export", card.name, str(work)],
-                                 capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, env=env)
-            if res.returncode != 0 or not (work / "meta.json").exists():
-                raise OnnxImageUnavailable(f"export of {card.name} failed: {res.stderr.strip()[-500:]}")
-            try:
-                os.replace(work, final)
-            except OSError:  # another process finished first
-                if not (final / "meta.json").exists():
-                    raise
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+            _export_in_child(card, final)
+        except Exception as exc:
+            memo.record_failure(f"{type(exc).__name__}: {exc}")
+            raise
     meta = json.loads((final / "meta.json").read_text())
     if not meta.get("ok"):
         raise OnnxImageUnavailable(f"the ONNX export of {card.name} reached cosine {meta.get('probe_min_cosine')} "
                                    f"< {MIN_PROBE_COSINE} to torch on this machine")
     return OnnxImageSession(final / "model.onnx")
+
+
+def _export_in_child(card: Any, final: Path) -> None:
+    """Export ``card`` into ``final`` in a child process (torch is imported there, never here)."""
+    final.parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{final.name}-"))
+    try:
+        here = str(Path(__file__).resolve().parents[1])  # the child imports this very package
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p))
+        res = subprocess.run([sys.executable, "-m", EXPORTER, "--export", card.name, str(work)],
+                             capture_output=True, text=True, timeout=EXPORT_TIMEOUT_S, env=env)
+        if res.returncode != 0 or not (work / "meta.json").exists():
+            raise OnnxImageUnavailable(f"export of {card.name} failed: {res.stderr.strip()[-500:]}")
+        try:
+            os.replace(work, final)
+        except OSError:  # another process finished first
+            if not (final / "meta.json").exists():
+                raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

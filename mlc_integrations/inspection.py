@@ -7,7 +7,9 @@ methods of :class:`~mlc_integrations.storage.ChromaStore` and
 It never creates a directory: a path that does not exist, or holds no Chroma database,
 is a :class:`CacheDirectoryError`, so a mistyped ``--dir`` cannot become an empty cache.
 It takes the directory's lock (:mod:`.dirlock`) like an engine does, so it never reads a
-cache another process is writing.
+cache another process is writing, and it leaves the directory as it found it: no open
+marker, no index check (those are an engine's business). A directory that ``mlc serve``
+holds is read through that server instead (``--host/--port``), and the error says so.
 
 Scopes and namespaces are stored as digests (``keys.scope_digest``), never as the raw
 strings, so that is what these views show, next to a ``scope_label`` / ``ns_label``
@@ -20,9 +22,10 @@ import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
-from .dirlock import DirectoryLock
+from .dirlock import DirectoryLock, served_at
+from .errors import DirectoryInUseError
 from .entries import NO_EXPIRY, EntryStore
 from .keys import scope_digest
 from .request import DEFAULT_NAMESPACE
@@ -73,7 +76,7 @@ class ScopeSummary:
     with_images: int = 0
     oldest: Optional[float] = None  # created_at, seconds since the epoch
     newest: Optional[float] = None
-    scope_label: Optional[str] = None
+    model: Optional[str] = None  # the model the scope names (keys.model_label), when stored
     ns_label: Optional[str] = None
 
     def add(self, meta: dict[str, Any], now: float) -> None:
@@ -86,7 +89,7 @@ class ScopeSummary:
         if isinstance(created, (int, float)):
             self.oldest = created if self.oldest is None else min(self.oldest, created)
             self.newest = created if self.newest is None else max(self.newest, created)
-        self.scope_label = self.scope_label or _label(meta, "scope_label")
+        self.model = self.model or _label(meta, "model")
         self.ns_label = self.ns_label or _label(meta, "ns_label") or KNOWN_NAMESPACES.get(self.ns)
 
 
@@ -135,22 +138,45 @@ class PrefixSummary:
 
 
 class CacheDirectory:
-    """An embedded cache directory opened for inspection (and, on request, clearing).
+    """A persisted cache opened for inspection (and, on request, clearing): an embedded
+    directory (``directory``) or the Chroma server that serves one (``host``/``port``).
 
     Use as a context manager; :meth:`close` releases the directory lock.
     """
 
-    def __init__(self, directory: str) -> None:
-        self.path = check_cache_directory(directory)
-        self._lock = DirectoryLock.acquire(str(self.path))
+    def __init__(self, directory: Optional[str] = None, *, host: Optional[str] = None, port: int = 8000) -> None:
+        self.host, self.port = host, port
+        self.path = None if host else check_cache_directory(directory or ".")
+        self._lock = None
+        if self.path is not None:
+            try:
+                self._lock = DirectoryLock.acquire(str(self.path))
+            except DirectoryInUseError as exc:
+                served = served_at(self.path)
+                if served is None:
+                    raise
+                raise DirectoryInUseError(
+                    f"{str(self.path)!r} is served by `mlc serve` at {served['host']}:{served['port']} "
+                    f"(pid {served['pid']}): read it through the server with "
+                    f"--host {served['host']} --port {served['port']} instead of --dir") from exc
+        self._stores: dict[str, tuple[ChromaStore, EntryStore]] = {}
         try:
-            # Only to list collections: the client is shared by path inside chromadb.
-            self._lister = ChromaStore(persist_directory=str(self.path))
+            # Only to list collections. "never": a read-only view leaves no open marker and checks nothing.
+            self._lister = self._store("mlc")
             self.prefixes = self._find_prefixes()
         except BaseException:
-            self._lock.release()
+            self.close()
             raise
-        self._stores: dict[str, tuple[ChromaStore, EntryStore]] = {}
+
+    @property
+    def where(self) -> str:
+        return f"the server at {self.host}:{self.port}" if self.host else str(self.path)
+
+    def _store(self, prefix: str) -> ChromaStore:
+        if self.host:
+            return ChromaStore(chroma_host=self.host, chroma_port=self.port, collection_prefix=prefix,
+                               check_index="never")
+        return ChromaStore(persist_directory=str(self.path), collection_prefix=prefix, check_index="never")
 
     def __enter__(self) -> "CacheDirectory":
         return self
@@ -159,7 +185,12 @@ class CacheDirectory:
         self.close()
 
     def close(self) -> None:
-        self._lock.release()
+        for store, _entries in self._stores.values():
+            store.close()
+        if getattr(self, "_lister", None) is not None:
+            self._lister.close()
+        if self._lock is not None:
+            self._lock.release()
 
     def _find_prefixes(self) -> dict[str, set[str]]:
         """Collection prefix -> the tiers it has, from collection names and their ``mlc_tier`` metadata."""
@@ -170,24 +201,24 @@ class CacheDirectory:
             if tier in TIER_COLLECTIONS and col.name.endswith(suffix):
                 found.setdefault(col.name[: -len(suffix)], set()).add(tier)
         if not found:
-            raise CacheDirectoryError(f"{str(self.path)!r} holds a Chroma database but no cache collections")
+            raise CacheDirectoryError(f"{self.where} holds a Chroma database but no cache collections")
         return found
 
     def prefix(self, wanted: Optional[str]) -> str:
         """``wanted``, or the only prefix there is; an error names the choices otherwise."""
         if wanted is not None:
             if wanted not in self.prefixes:
-                raise CacheDirectoryError(f"no cache with prefix {wanted!r} in {str(self.path)!r} "
+                raise CacheDirectoryError(f"no cache with prefix {wanted!r} in {self.where} "
                                           f"(found: {', '.join(sorted(self.prefixes))})")
             return wanted
         if len(self.prefixes) > 1:
-            raise CacheDirectoryError(f"{str(self.path)!r} holds several caches; choose one with --prefix "
+            raise CacheDirectoryError(f"{self.where} holds several caches; choose one with --prefix "
                                       f"({', '.join(sorted(self.prefixes))})")
         return next(iter(self.prefixes))
 
     def _open(self, prefix: str) -> tuple[ChromaStore, EntryStore]:
         if prefix not in self._stores:
-            store = ChromaStore(persist_directory=str(self.path), collection_prefix=prefix)
+            store = self._store(prefix)
             self._stores[prefix] = (store, EntryStore(store, EngineStats()))
         return self._stores[prefix]
 
@@ -218,17 +249,23 @@ class CacheDirectory:
             raise CacheDirectoryError(f"{what} digest {value!r} {why} {what}s in prefix {prefix!r}")
         return matches[0]
 
-    def matching(self, prefix: str, scope_key: Optional[str], ns_key: Optional[str]) -> int:
-        """Entries of ``prefix`` a clear with these digests would delete."""
-        return sum(s.entries for s in self.summary(prefix).scopes
-                   if scope_key in (None, s.scope) and ns_key in (None, s.ns))
+    def scopes_of_model(self, prefix: str, model: str) -> list[str]:
+        """Scope digests whose entries name ``model`` (keys.model_label of the raw scope,
+        stored with each entry; entries stored without it match no model)."""
+        return sorted({s.scope for s in self.summary(prefix).scopes if s.model == model})
 
-    def clear(self, prefix: str, scope_key: Optional[str], ns_key: Optional[str]) -> int:
+    def matching(self, prefix: str, scope_keys: Optional[Sequence[str]], ns_key: Optional[str]) -> int:
+        """Entries of ``prefix`` a clear of these scope digests (None: all) and namespace would delete."""
+        return sum(s.entries for s in self.summary(prefix).scopes
+                   if (scope_keys is None or s.scope in scope_keys) and ns_key in (None, s.ns))
+
+    def clear(self, prefix: str, scope_keys: Optional[Sequence[str]], ns_key: Optional[str]) -> int:
         """Delete the matching entries from every tier; returns how many entries went."""
-        before = self.matching(prefix, scope_key, ns_key)
+        before = self.matching(prefix, scope_keys, ns_key)
         _store, entries = self._open(prefix)
-        entries.clear(scope_key, ns_key)
-        return before - self.matching(prefix, scope_key, ns_key)
+        for scope_key in (None,) if scope_keys is None else scope_keys:
+            entries.clear(scope_key, ns_key)
+        return before - self.matching(prefix, scope_keys, ns_key)
 
 
 def digest_of(raw: Optional[str]) -> Optional[str]:

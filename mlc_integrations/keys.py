@@ -15,7 +15,9 @@ the decoded images and the embeddings computed for the lookup.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -60,6 +62,48 @@ def sha256_hex(data: str) -> str:
 def scope_digest(value: str) -> str:
     """How a scope or a namespace is stored and filtered on (never the raw string)."""
     return sha256_hex(value)[:32]
+
+
+# Where a framework's scope string names its model, first match wins (LangChain chat models
+# and LLMs call it model / model_name / model_id; Azure deployments, older ones engine).
+MODEL_FIELDS = ("model", "model_name", "model_id", "deployment_name", "engine")
+
+
+@functools.lru_cache(maxsize=256)
+def model_label(scope: str) -> str:
+    """The model a scope names, or ``""``: read from LangChain's ``llm_string`` (the
+    serialized model's kwargs before ``---``, or the sorted parameter list of a model that
+    is not serializable) or a LlamaIndex wrapper's scope (the inner LLM's settings). Stored
+    beside each entry so ``mlc clear --model NAME`` and ``mlc scopes`` can name models;
+    the scope itself stays a digest. Falls back to the model's type when no field names it."""
+    params: dict[str, Any] = {}
+    kind = ""
+    try:
+        if scope.startswith("llamaindex:"):
+            body = json.loads(scope[len("llamaindex:"):])
+            params = {k: _json_value(v) for k, v in (body.get("settings") or {}).items()}
+            kind = str(body.get("class", "")).rpartition(".")[2]
+        elif "---" in scope and scope.lstrip().startswith("{"):
+            head = json.loads(scope.partition("---")[0])
+            params = dict(head.get("kwargs") or {})
+            kind = str((head.get("id") or [""])[-1])
+        elif scope.startswith("[("):
+            params = dict(ast.literal_eval(scope))  # a literal only: no code runs
+            kind = str(params.get("_type", ""))
+    except (ValueError, TypeError, SyntaxError, AttributeError, MemoryError, RecursionError):
+        return ""
+    for name in MODEL_FIELDS:
+        value = params.get(name)
+        if isinstance(value, str) and value:
+            return value[:200]
+    return kind[:200]
+
+
+def _json_value(v: Any) -> Any:
+    try:
+        return json.loads(v) if isinstance(v, str) else v
+    except ValueError:
+        return v
 
 
 def partition_key(*keys: Any) -> str:

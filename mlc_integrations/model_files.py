@@ -5,6 +5,7 @@ at run time."""
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Callable, Iterator, Optional
 
 DEFAULT_TEXT_MODEL = "all-MiniLM-L6-v2"
@@ -49,3 +50,61 @@ def resolve_text_model(name: Optional[str]) -> str:
         except Exception:  # not installed: fall back to the hub name
             return "sentence-transformers/" + DEFAULT_TEXT_MODEL
     return name
+
+
+class ExportMemo:
+    """What a one-time export (a model to ONNX) left behind when it failed, so that no later
+    call or process of the same installation retries it: a failure is remembered next to the
+    export's cache directory with a fingerprint of what the export depends on (this Python
+    and the installed torch / onnx / onnxruntime). Installing or upgrading any of them
+    changes the fingerprint, and the next process tries again; deleting the file does too."""
+
+    PACKAGES = ("torch", "onnx", "onnxruntime")
+
+    def __init__(self, export_dir: "os.PathLike[str] | str") -> None:
+        from pathlib import Path
+
+        d = Path(export_dir)
+        self.path = d.parent / f"{d.name}.failed.json"
+
+    @classmethod
+    def fingerprint(cls) -> dict[str, str]:
+        import sys
+        from importlib import metadata
+
+        out = {"python": sys.executable}
+        for name in cls.PACKAGES:
+            try:
+                out[name] = metadata.version(name)
+            except metadata.PackageNotFoundError:
+                out[name] = "absent"
+        return out
+
+    def failed(self) -> Optional[str]:
+        """The reason of an earlier failure under today's fingerprint, else None."""
+        import json
+
+        try:
+            rec = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if rec.get("fingerprint") != self.fingerprint():
+            return None
+        return str(rec.get("reason", "unknown"))
+
+    def record_failure(self, reason: str) -> None:
+        import json
+
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = self.path.with_name(self.path.name + f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps({"reason": reason[-1000:], "fingerprint": self.fingerprint()}), encoding="utf-8")
+            os.replace(tmp, self.path)
+        except OSError:  # a read-only cache: the next process retries, as before
+            pass
+
+    def clear(self) -> None:
+        try:
+            self.path.unlink()
+        except OSError:
+            pass

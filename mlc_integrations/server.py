@@ -43,6 +43,17 @@ _running: "weakref.WeakSet[ChromaServer]" = weakref.WeakSet()
 _running_lock = threading.Lock()
 
 
+def port_in_use(host: str, port: int) -> bool:
+    """True when something already listens on ``host:port`` (or it cannot be bound)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a port in TIME_WAIT is free to listen on
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A TCP port that nothing listens on right now (the OS picks it)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -50,6 +50,15 @@ DEFAULT_TIMEOUT = 5.0  # seconds per Chroma server request (chromadb's own defau
 # a neighbour the index does not return is a lost hit. Set when a collection is created.
 DEFAULT_SEARCH_EF = 100
 DEFAULT_RETRY_INTERVAL = 1.0  # seconds an unreachable server is not retried: calls fail fast meanwhile
+# chromadb keeps one process-wide System per embedded identifier ("ephemeral", or the
+# directory) and publishes it in a class dict *before* starting it; a second client
+# created meanwhile (another engine's writer thread) gets a half-started System, fails,
+# and its failure handler releases the first client's System ("no attribute 'bindings'",
+# "Could not connect to tenant", KeyError 'ephemeral'). Every embedded client this
+# package opens is therefore created under one lock.
+_EMBEDDED_OPEN_LOCK = threading.Lock()
+
+
 class ServerUnreachableError(StorageError):
     """No answer from the Chroma server (refused, timed out, connection dropped)."""
 
@@ -190,8 +199,11 @@ class ChromaStore:
         if self.persist_directory:
             # Absolute: chromadb keys its embedded clients by the path string, so a relative one
             # would reach another directory's client after a chdir.
-            return chromadb.PersistentClient(path=os.path.abspath(str(self.persist_directory)), settings=_settings())
-        return chromadb.EphemeralClient(settings=_settings())
+            with _EMBEDDED_OPEN_LOCK:
+                return chromadb.PersistentClient(path=os.path.abspath(str(self.persist_directory)),
+                                                 settings=_settings())
+        with _EMBEDDED_OPEN_LOCK:
+            return chromadb.EphemeralClient(settings=_settings())
 
     def _preflight(self) -> None:
         """Heartbeat with a bounded timeout: chromadb's client constructor talks to the

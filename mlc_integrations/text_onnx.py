@@ -49,11 +49,14 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
+from .model_files import ExportMemo
+
 log = logging.getLogger(__name__)
 
 ENV_CACHE_DIR = "MLC_CACHE_DIR"
 ENV_THREADS = "MLC_TEXT_THREADS"
 # Bump when the export changes what lands in the file (the cache key includes it).
+EXPORT_SECONDS_HINT = 30  # export, int8 self-check and the static pre-screen table: 29 s on this 2-core machine
 RECIPE = "r3"  # r3: reduce_range weights (accurate int8 on CPUs without VNNI)
 MIN_PROBE_COSINE = 0.99
 # Texts of at most this many tokens (with [CLS] and [SEP]) are served by the fp32 file.
@@ -283,7 +286,7 @@ def export(model_dir: str | Path, out_dir: str | Path) -> dict[str, Any]:
         import torch
         from onnxruntime.transformers.optimizer import optimize_model
     except ImportError as exc:
-        raise OnnxUnavailable(f"exporting needs the `onnx` package (pip install 'mlc-integrations[fast]'): {exc}") from exc
+        raise OnnxUnavailable(f"exporting needs the `onnx` package, a dependency of mlc-integrations (reinstall it): {exc}") from exc
     d, out = Path(model_dir), Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -334,10 +337,21 @@ def build(model_dir: str | Path) -> Path:
     final = cache_root() / "text-onnx" / key
     if (final / "meta.json").exists() and (final / "fp32.onnx").exists():
         return final
+    memo = ExportMemo(final)
+    earlier = memo.failed()
+    if earlier is not None:  # failed before in this installation: not retried on every start
+        raise OnnxUnavailable(f"the ONNX export failed earlier on this machine ({earlier}); "
+                              f"delete {memo.path} or change the installation to retry")
     final.parent.mkdir(parents=True, exist_ok=True)
+    log.warning("exporting the text model %s to ONNX once for this machine (about %d s); "
+                "later processes reuse %s", d.parent.name if d.name == "model" else d.name, EXPORT_SECONDS_HINT, final)
     work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}-"))
     try:
-        meta = export(d, work)
+        try:
+            meta = export(d, work)
+        except Exception as exc:
+            memo.record_failure(f"{type(exc).__name__}: {exc}")
+            raise
         if final.exists() and not (final / "meta.json").exists():
             shutil.rmtree(final, ignore_errors=True)  # a damaged entry: replace it
         try:

@@ -4,6 +4,7 @@ an embedded engine on the served directory gets an error that names the recipe."
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -30,9 +31,23 @@ def test_two_workers_share_one_cache_through_mlc_serve(tmp_path: Path) -> None:
         # worker 1 stores an answer through the LangChain cache, worker 2 finds it
         answer, _err = write(1, "langchain", "end", where)
         assert read(["langchain:1"], where) == {"langchain:1": answer}
-        # an embedded engine on the served directory is told what to do instead
-        with pytest.raises(DirectoryInUseError, match=r"mlc serve --dir .* chroma_host='127.0.0.1'"):
+        # an embedded engine on the served directory is told where the server is
+        with pytest.raises(DirectoryInUseError, match=rf"served by `mlc serve` at 127.0.0.1:{port} .*"
+                                                      rf"chroma_host='127.0.0.1', chroma_port={port}"):
             MLCEngine(persist_directory=str(directory), image_encoder=None, tiers=TierOptions(l1=False))
+        # the CLI too: --dir names the server's --host/--port, which read the same cache
+        cli = [sys.executable, "-m", "mlc_integrations.cli"]
+        by_dir = subprocess.run([*cli, "stats", "--dir", str(directory)], cwd=ROOT, env=_env(),
+                                capture_output=True, text=True, timeout=120)
+        assert by_dir.returncode == 1 and f"--host 127.0.0.1 --port {port} instead of --dir" in by_dir.stderr
+        by_server = subprocess.run([*cli, "stats", *where, "--json"], cwd=ROOT, env=_env(),
+                                   capture_output=True, text=True, timeout=120)
+        assert by_server.returncode == 0, by_server.stderr[-2000:]
+        assert json.loads(by_server.stdout)["caches"][0]["entries"] == 1
+        # a second `mlc serve` on the busy port fails before it claims to serve
+        busy = subprocess.run([*cli, "serve", "--dir", str(tmp_path / "other"), "--port", str(port)], cwd=ROOT,
+                              env=_env(), capture_output=True, text=True, timeout=120)
+        assert busy.returncode == 1 and "serving" not in busy.stdout and f"port {port} on 127.0.0.1 is in use" in busy.stderr
     finally:
         serve.send_signal(signal.SIGTERM)
         out, err = serve.communicate(timeout=60)

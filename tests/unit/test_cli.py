@@ -100,7 +100,7 @@ def test_scopes_lists_each_pair_with_entries_and_dates(cache_dir: Path, capsys) 
     assert m1_default["oldest"] == m1_default["newest"] == T0 and m1_default["ns_label"] == "default"
     tenant_b = rows[(scope_digest("m1"), scope_digest("tenant-b"))]
     assert tenant_b["entries"] == 1 and tenant_b["oldest"] == T0 + 3600 and tenant_b["ns_label"] is None
-    assert len(rows) == 3 and all(s["scope_label"] is None for s in rows.values())  # raw scopes are not stored
+    assert len(rows) == 3 and all(s["model"] is None for s in rows.values())  # raw scopes are not stored; "m1" names no model
 
     assert main(["scopes", "--dir", str(cache_dir)]) == 0
     text = capsys.readouterr().out
@@ -272,3 +272,53 @@ def test_help_lists_the_inspection_commands() -> None:
     text = build_parser().format_help()
     for command in ("stats", "scopes", "clear", "quickstart"):
         assert command in text
+
+
+# ---------------------------------------------------------------------------- read-only, by model
+def test_stats_and_scopes_leave_the_directory_as_they_found_it(cache_dir: Path, capsys, caplog) -> None:
+    before = sorted(p.name for p in cache_dir.iterdir())
+    assert not any(n.startswith(".mlc-open") for n in before)
+    for command in ("stats", "scopes"):
+        assert main([command, "--dir", str(cache_dir)]) == 0
+        assert sorted(p.name for p in cache_dir.iterdir()) == before, command  # no open marker left
+    capsys.readouterr()
+    # ... so the next engine opens it as cleanly closed: no "not closed cleanly" warning
+    with caplog.at_level("WARNING"), MLCEngine(persist_directory=str(cache_dir), warm_start=False,
+                                               image_encoder=None) as eng:
+        eng.count()
+    assert "not closed cleanly" not in caplog.text
+
+
+OPENAI_4O = ('{"id": ["langchain", "chat_models", "openai", "ChatOpenAI"], "kwargs": {"model_name": "gpt-4o", '
+             '"temperature": 0.0}, "lc": 1, "type": "constructor"}---[(\'stop\', None)]')
+OPENAI_4O_HOT = OPENAI_4O.replace('"temperature": 0.0', '"temperature": 0.7')
+LOCAL_LLAMA = "[('_type', 'ollama-chat'), ('model', 'llama3.2'), ('stop', None)]"
+
+
+def test_clear_by_model_name_matches_every_scope_of_that_model(tmp_path: Path, capsys, text_embedder: Any) -> None:
+    d = tmp_path / "cache"
+    with MLCEngine(persist_directory=str(d), durable=True, image_encoder=None) as eng:
+        for scope in (OPENAI_4O, OPENAI_4O_HOT, LOCAL_LLAMA):
+            _put(eng, "What is the capital of France?", scope)
+    out = _json(capsys, ["scopes", "--dir", str(d), "--json"])
+    assert sorted(s["model"] for s in out["caches"][0]["scopes"]) == ["gpt-4o", "gpt-4o", "llama3.2"]
+    assert main(["clear", "--dir", str(d), "--model", "gpt-4o", "--yes"]) == 0
+    assert "cleared 2 entries of model 'gpt-4o'" in capsys.readouterr().out
+    out = _json(capsys, ["stats", "--dir", str(d), "--json"])
+    assert out["caches"][0]["entries_per_scope"] == {scope_digest(LOCAL_LLAMA): 1}
+    assert main(["clear", "--dir", str(d), "--model", "gpt-5", "--yes"]) == 0
+    assert "nothing to clear" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("scope, model", [
+    (OPENAI_4O, "gpt-4o"),
+    (LOCAL_LLAMA, "llama3.2"),
+    ("[('_type', 'fake-list-chat-model'), ('responses', ['a']), ('stop', None)]", "fake-list-chat-model"),
+    ('llamaindex:{"class":"llama_index.llms.openai.OpenAI","settings":{"model":"\\"gpt-4o-mini\\""}}', "gpt-4o-mini"),
+    ("m1", ""),
+    ("[(__import__('os').system('true'), 1)]", ""),  # a literal only: nothing runs
+])
+def test_the_model_a_scope_names(scope: str, model: str) -> None:
+    from mlc_integrations.keys import model_label
+
+    assert model_label(scope) == model
