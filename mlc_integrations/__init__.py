@@ -7,6 +7,7 @@ from typing import Any
 from .config import Limits, StorageOptions, TierOptions, VerifierOptions, WriteOptions
 from .engine import MLCEngine
 from .errors import (
+    ConfigurationError,
     DirectoryInUseError,
     ImageDecodeError,
     ImageTooLargeError,
@@ -37,6 +38,7 @@ __all__ = [
     "ClipSpec",
     "image_digest",
     "MLCError",
+    "ConfigurationError",
     "InvalidRequestError",
     "ImageDecodeError",
     "ImageTooLargeError",

@@ -117,11 +117,12 @@ class TierOptions:
       global similarity alone, which reuses answers across edited pictures:
       docs/image-change.md).
     * ``image_evidence``: where that comparison's evidence about each stored picture (a
-      96-pixel grey version of it and a 24-pixel colour map) lives. ``"memory"``: in this
+      96-pixel grey version of it and a 24-pixel colour map) lives. ``"auto"`` (default):
+      where the cache lives -- at rest in Chroma for a persistent directory, a server or a
+      client you pass (so picture reuse survives a restart and works across workers), in
+      memory for an in-memory engine. ``"store"``: always at rest. ``"memory"``: in this
       process only, never at rest; a picture stored by another process or before a
-      restart is then not reused through L2 (a counted refusal). ``"store"`` (opt-in):
-      also in Chroma, so L2 reuses across processes and restarts -- and a small picture of
-      every stored image sits at rest.
+      restart is then not reused through L2 (a counted refusal).
 
     Example: exact and image tiers only, on the int8 text model::
 
@@ -137,7 +138,7 @@ class TierOptions:
     inflight_wait_s: float = DEFAULT_WAIT_S
     n_candidates: int = 16
     image_verifier: Any = "default"
-    image_evidence: str = "memory"
+    image_evidence: str = "auto"
 
 
 @dataclass(frozen=True)

@@ -165,8 +165,10 @@ class MLCEngine:
                            max_prompt_chars=limits.max_prompt_chars)
         self.durable = strict if durable is None else bool(durable)
         self.pending: Optional[PendingEntries] = None
-        self.entries = EntryStore(self.store, self._stats, on_deleted=self._forget,
-                                  image_evidence=tiers.image_evidence)
+        evidence = tiers.image_evidence
+        if evidence == "auto":  # where the cache lives: at rest unless the whole cache is in memory
+            evidence = "memory" if self.store.mode == "ephemeral" else "store"
+        self.entries = EntryStore(self.store, self._stats, on_deleted=self._forget, image_evidence=evidence)
         self.eviction = Eviction(self.entries, self._stats, clock, max_entries=max_entries,
                                  policy=storage.eviction_policy)
         if not self.durable:
@@ -194,9 +196,14 @@ class MLCEngine:
         self.inflight = InFlight(tiers.inflight_wait_s)  # identical requests in flight wait for the first's answer (inflight.py)
         self._warm: Optional[threading.Thread] = None
         self._warm_stop = threading.Event()
-        if warm_start if warm_start is not None else self.store.mode != "ephemeral":
+        self._warm_models = bool(warm_start if warm_start is not None else self.store.mode != "ephemeral")
+        if self._warm_models:
             # A long-lived cache opens its store (index check) and loads its models now, in the background.
             self._warm = threading.Thread(target=self._warm_start, name="mlc-warm-start", daemon=True)
+        elif self.verification is not None:
+            # An in-memory engine loads its models on first use, but the verifier's lexicon
+            # (pure Python, ~0.5 s) loads now in the background: else the first L1 hit pays it.
+            self._warm = threading.Thread(target=self._warm_verifier, name="mlc-warm-verifier", daemon=True)
         # Released once: close(), garbage collection, interpreter exit or SIGTERM (shutdown.py).
         self._release = shutdown.register(self, release_engine, self.pending, self.eviction, self.store,
                                           self._dir_lock, self._warm, self._warm_stop)
@@ -230,6 +237,13 @@ class MLCEngine:
         if self.verification is not None:
             took["lexicon"] = self.verification.warmup()
         return took
+
+    def _warm_verifier(self) -> None:
+        if not self._warm_stop.is_set() and self.verification is not None:
+            try:
+                self.verification.warmup(judge=False)
+            except Exception as exc:  # the first verified candidate loads it instead
+                log.info("verifier warm-up failed: %s", exc)
 
     def _warm_start(self) -> None:
         # Store first (exact lookups need no model); calls meanwhile wait for its check (ChromaStore.open).
@@ -473,7 +487,7 @@ class MLCEngine:
 
     def stats(self) -> dict[str, Any]:
         """Per-tier hits/misses, lookup latency percentiles, errors, entries, configuration."""
-        return engine_stats(self, self._stats, warm_start=self._warm is not None)
+        return engine_stats(self, self._stats, warm_start=self._warm_models)
 
     def reset_stats(self) -> None:
         self._stats.reset()

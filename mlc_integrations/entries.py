@@ -248,7 +248,8 @@ class EntryStore:
         in this process only, bounded (``evidence_memo_items`` pictures, ~10 kB each),
         never at rest -- an entry whose descriptor is not here (another process's, from
         before a restart, or evicted) is not reused through L2 (a counted refusal).
-        ``"store"``: also in the l2_image rows' documents, at rest in Chroma (opt-in)."""
+        ``"store"``: also in the l2_image rows' documents, at rest in Chroma (the engine's
+        default for persistent and shared caches)."""
         if image_evidence not in ("memory", "store"):
             raise ValueError(f"image_evidence must be 'memory' or 'store', not {image_evidence!r}")
         self.store = store
@@ -538,6 +539,14 @@ class EntryStore:
     def _metadatas(self, tier: str, ids: list[str]) -> dict[str, dict[str, Any]]:
         res = self.store.call(f"get {tier}", lambda: self.store.collection(tier).get(ids=ids, include=["metadatas"]))
         return {i: (m or {}) for i, m in zip(res["ids"], res["metadatas"])}
+
+    def missing_evidence(self) -> str:
+        """Why a stored picture has no image-change evidence here, in the user's terms."""
+        if not self.evidence_at_rest:
+            return ("its image-change evidence is kept only in the memory of the process that stored it "
+                    "(TierOptions(image_evidence='memory')) and this process does not have it; "
+                    "image_evidence='store' keeps it at rest, for restarts and other workers")
+        return "the stored picture has no image-change evidence (it could not be computed when it was stored)"
 
     def image_descriptors(self, row_ids: list[str]) -> dict[str, Optional[str]]:
         """The image-change descriptor (text) of ``l2_image`` rows ``"{entry_id}#{i}"``;

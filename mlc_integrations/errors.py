@@ -15,6 +15,11 @@ class MLCError(Exception):
     """Base class of every error raised by mlc_integrations."""
 
 
+class ConfigurationError(MLCError, ValueError):
+    """An option names nothing that exists (a mistyped image encoder or verifier name);
+    raised when the engine is built, whatever ``strict`` says, with the accepted names."""
+
+
 class InvalidRequestError(MLCError, ValueError):
     """The request cannot be keyed: wrong types, empty or oversized prompt, bad JSON."""
 

@@ -22,6 +22,9 @@ Embeddings are memoized by pixel digest, so a picture seen before costs no model
 
 from __future__ import annotations
 
+import difflib
+import os
+
 import importlib
 import logging
 import re
@@ -33,7 +36,7 @@ from typing import Any, Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from ._lru import LRU
-from .errors import ModelUnavailableError
+from .errors import ConfigurationError, ModelUnavailableError
 from .models import DEFAULT_CLIP_PRETRAINED, ClipEmbedder, ClipSpec, l2_normalize, shared_model
 
 log = logging.getLogger(__name__)
@@ -359,9 +362,40 @@ def resolve_image_encoder(spec: Any = DEFAULT_IMAGE_ENCODER, pretrained: Optiona
     name = str(spec)
     if name in EFFICIENTNET_LITE:
         return EfficientNetLiteEncoder.shared(name)
+    _check_name(name)
     if pretrained is None and name == "ViT-B-32":
         pretrained = DEFAULT_CLIP_PRETRAINED
     return ClipImageEncoder.shared(ClipSpec.parse(name, pretrained))
+
+
+def open_clip_architectures() -> tuple[str, ...]:
+    """open_clip's architecture names, read from its packaged configs (without importing it,
+    which would import torch)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("open_clip")
+    if spec is None or not spec.submodule_search_locations:
+        return ()
+    configs = Path(next(iter(spec.submodule_search_locations))) / "model_configs"
+    return tuple(sorted(p.stem for p in configs.glob("*.json")))
+
+
+def _check_name(name: str) -> None:
+    """A bare name that is none of ours and no open_clip architecture is a typo: refused
+    now, with the close matches, not at first use (paths and hub references load later)."""
+    if name.startswith(("hf-hub:", "local-dir:", ".", "~")) or "/" in name or os.sep in name:
+        return  # a hub reference or a path: loading it says whether it is there
+    if Path(name).exists():
+        return
+    archs = open_clip_architectures()
+    if not archs or name in archs:
+        return  # open_clip missing or a known architecture: loading says the rest
+    ours = encoder_names()
+    close = difflib.get_close_matches(name, ours + archs, n=4, cutoff=0.6)
+    raise ConfigurationError(
+        f"image_encoder={name!r} is not an image encoder name, an open_clip architecture or an existing "
+        f"checkpoint directory" + (f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "")
+        + f" The packaged ones are {', '.join(repr(n) for n in ours)}; None switches L2 off.")
 
 
 def encoder_names() -> tuple[str, ...]:

@@ -320,7 +320,7 @@ class MultimodalTier(_SemanticTier):
                     stored.update(self.entries.image_descriptors([r for r in rows if r not in stored]))
                 v = None
                 for row, new in zip(rows, news):
-                    v = self.image_verifier.verify(stored.get(row), new)
+                    v = self.image_verifier.verify(stored.get(row), new, self.entries.missing_evidence())
                     if not v.accept:
                         break
                 self.stats.incr("l2_image_compared")

@@ -515,10 +515,12 @@ class ImageChangeVerifier:
         self.rule = rule if rule is not None else ImageChangeRule.load()
         self.missing = missing
 
-    def verify(self, stored: Union[str, bytes, ImageDescriptor, None], new: ImageDescriptor) -> ImageVerdict:
+    def verify(self, stored: Union[str, bytes, ImageDescriptor, None], new: ImageDescriptor,
+               missing_why: str = "the stored picture has no image-change evidence") -> ImageVerdict:
+        """``missing_why``: what a refusal for want of stored evidence says (the entry store knows why)."""
         if stored is None:
             return ImageVerdict(self.missing == "accept", "" if self.missing == "accept" else "descriptor", None,
-                                "the stored entry has no image descriptor (written before the image verifier)")
+                                missing_why)
         if isinstance(stored, str):
             stored = ImageDescriptor.from_text(stored)
         elif isinstance(stored, bytes):

@@ -23,6 +23,7 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 
+from ..errors import ConfigurationError
 from .._lru import LRU
 from ..keys import exact_text
 from ..edits import analyse
@@ -426,11 +427,11 @@ class VerificationPolicy:
             out["entries_with_labels"] = len(entries)
             return out
 
-    def warmup(self) -> float:
+    def warmup(self, judge: bool = True) -> float:
         """Load the WordNet lexicon now when the models read edit features (seconds; 0 if
-        they do not): otherwise the first verified candidate pays ~0.4 s for it. Also loads
-        the judge (its ONNX export is built on first use, once per machine)."""
-        if self.judge is not None:
+        they do not): otherwise the first verified candidate pays ~0.5 s for it. Also loads
+        the judge with ``judge`` (its ONNX export is built on first use, once per machine)."""
+        if judge and self.judge is not None:
             self.judge.warmup()
         if not any(m.reads_edits for m in self.verifier.models.values()):
             return 0.0
@@ -443,6 +444,10 @@ class VerificationPolicy:
             for k in self._counts:
                 self._counts[k] = 0
             self._latency.clear()
+
+
+# The names the engine's ``verifier=`` option accepts (besides a file, a Verifier or a policy).
+VERIFIER_NAMES = ("default", "judge", "off")
 
 
 def make_policy(
@@ -473,6 +478,10 @@ def make_policy(
     elif isinstance(verifier, Verifier):
         v = verifier
     elif isinstance(verifier, (str, Path)):
+        if not Path(verifier).is_file():
+            raise ConfigurationError(f"verifier={str(verifier)!r} is neither a verifier name nor a verifier JSON file; "
+                             f"the names are {', '.join(repr(n) for n in VERIFIER_NAMES)} "
+                             "(or pass a path to a verifier JSON, a Verifier or a VerificationPolicy)")
         v = Verifier.load(verifier)
     else:
         raise ValueError("verifier must be 'default', 'off'/None, a path to a verifier JSON, a Verifier or a "

@@ -77,3 +77,20 @@ def test_option_objects_reach_their_owners() -> None:
     assert eng.max_prompt_chars == 10
     with pytest.raises(InvalidRequestError):
         eng.lookup(CacheRequest(text="", scope="m"))
+
+
+# ---------------------------------------------------------------------------- names that name nothing
+def test_a_mistyped_image_encoder_is_refused_at_construction_with_the_close_names() -> None:
+    from mlc_integrations import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"did you mean 'efficientnet-lite[012]'"):
+        MLCEngine(image_encoder="efficientnet-lite9")
+    with pytest.raises(ConfigurationError, match=r"did you mean 'ViT-B-32'"):
+        MLCEngine(image_encoder="ViT-B-33")
+
+
+def test_a_mistyped_verifier_lists_the_accepted_names() -> None:
+    from mlc_integrations import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"the names are 'default', 'judge', 'off'"):
+        MLCEngine(verifier="strict", image_encoder=None)

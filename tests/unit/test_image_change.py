@@ -233,10 +233,10 @@ def test_an_entry_stored_without_a_descriptor_is_not_reused(make_engine, astrona
     _set_descriptors(eng, "")  # as written before descriptors
     eng.entries._evidence.clear()  # as after a restart: only what is at rest
     trace = eng.lookup_explained(_req("What is in the picture?", _jpeg(astronaut, 60)))
-    assert trace.hit is None and "no image descriptor" in trace.refused.detail
+    assert trace.hit is None and "has no image-change evidence" in trace.refused.detail
 
 
-def test_by_default_no_picture_evidence_is_at_rest_and_another_process_does_not_reuse(make_engine, astronaut) -> None:
+def test_evidence_kept_in_memory_is_never_at_rest_and_another_process_does_not_reuse(make_engine, astronaut) -> None:
     first = _l2_engine(make_engine, durable=True)
     first.update(_req("What is in the picture?", astronaut), "an astronaut")
     assert first.lookup(_req("What is in the picture?", _jpeg(astronaut, 60))) is not None  # this process: reused
@@ -246,6 +246,13 @@ def test_by_default_no_picture_evidence_is_at_rest_and_another_process_does_not_
                        storage=StorageOptions(client=first.store.client, collection_prefix=first.store.prefix))
     trace = other.lookup_explained(_req("What is in the picture?", _jpeg(astronaut, 60)))
     assert trace.hit is None and trace.refused is not None and trace.refused.reason == "image"
+    assert "image_evidence='store' keeps it at rest" in trace.refused.detail  # names the option
+
+
+def test_picture_evidence_lives_where_the_cache_lives_by_default(make_engine, tmp_path) -> None:
+    in_memory = make_engine(tiers=TierOptions())
+    persistent = make_engine(persist_directory=str(tmp_path / "c"), tiers=TierOptions())
+    assert not in_memory.entries.evidence_at_rest and persistent.entries.evidence_at_rest
 
 
 def test_opting_in_keeps_the_evidence_at_rest_for_other_processes(make_engine, astronaut) -> None:

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from mlc_integrations.errors import ModelUnavailableError
+from mlc_integrations.errors import ConfigurationError, ModelUnavailableError
 from evaluation import imageops
 from mlc_integrations.image_encoders import (
     DEFAULT_IMAGE_ENCODER,
@@ -122,7 +122,9 @@ def test_resolve_names_paths_specs_and_objects(tiny_clip_dir: Path, lite0: Effic
     with pytest.raises(TypeError):
         resolve_image_encoder(None)
     with pytest.raises(ModelUnavailableError):
-        resolve_image_encoder("no-such-open-clip-model").load()
+        resolve_image_encoder("/no/such/checkpoint").load()  # a path: loading says it is not there
+    with pytest.raises(ConfigurationError, match="is not an image encoder name"):
+        resolve_image_encoder("no-such-open-clip-model")  # a bare name: refused at once
 
 
 # ---------------------------------------------------------------------- through the adapters
