@@ -76,7 +76,7 @@ def _writer(path: str, check: str, seed: int, first_key: int, n_ops: int, cluste
 
 def _prefill(path: str, n: int, clustered: bool) -> None:
     """``n`` entries laid out as the engine's (response + L1 vector), written in batches."""
-    from mlc_integrations.storage import ChromaStore
+    from mlc_integrations.store.chroma import ChromaStore
 
     store = ChromaStore(persist_directory=path)
     exact, l1 = store.collection("exact"), store.collection("l1", dim=DIM)
@@ -89,8 +89,8 @@ def _prefill(path: str, n: int, clustered: bool) -> None:
 
 
 def _check(path: str, check: str, out: Any) -> None:
-    from mlc_integrations.index_repair import VECTOR_TIERS, finds_own_vector, unreachable_ids
-    from mlc_integrations.storage import ChromaStore
+    from mlc_integrations.store.index_repair import VECTOR_TIERS, finds_own_vector, unreachable_ids
+    from mlc_integrations.store.chroma import ChromaStore
 
     try:
         t0 = time.perf_counter()
@@ -180,7 +180,7 @@ def main() -> None:
     args = ap.parse_args()
 
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["numpy", "chromadb", "mlc_integrations.engine", "mlc_integrations.storage"])
+    ctx.set_forkserver_preload(["numpy", "chromadb", "mlc_integrations.engine", "mlc_integrations.store.chroma"])
     rng = random.Random(args.seed)
     totals = {"builds": 0, "builds_unreachable_raw": 0, "builds_unreachable_served": 0, "cycles": 0, "opens": 0,
               "opens_unreachable_raw": 0, "rows_unreachable_raw": 0, "opens_unreachable_served": 0,

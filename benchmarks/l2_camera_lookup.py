@@ -25,10 +25,10 @@ import numpy as np
 def main() -> int:
     import torch
 
-    from evaluation import imageops
-    from evaluation.image_streams import video_frames
-    from evaluation.video_truth import load_annotation
-    from evaluation.workloads import shared_data_dir
+    from evaluation.sources import imageops
+    from evaluation.harness.image_streams import video_frames
+    from evaluation.sources.video_truth import load_annotation
+    from evaluation.harness.workloads import shared_data_dir
     from mlc_integrations import CacheRequest, MLCEngine
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])

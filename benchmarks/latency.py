@@ -22,7 +22,7 @@ chat model (``dumps(messages)``), as ``set_llm_cache`` makes a chat model call t
 * LangChain ``InMemoryCache``: lookup hit, lookup miss, update;
 * GPTCache: the installed ``gptcache`` package (sqlite + faiss, ``SearchDistanceEvaluation``)
   with the same MiniLM (same backend) as its embedding function, mounted as
-  ``langchain_community`` mounts it (``evaluation.baselines.GPTCacheLangChain``):
+  ``langchain_community`` mounts it (``evaluation.harness.baselines.GPTCacheLangChain``):
   update, lookup on the reworded questions, lookup on new questions; at similarity_threshold
   0.8 (its default; on whole-prompt strings it also "hits" new questions) and 0.99 (where
   new questions miss: GPTCache's miss path).
@@ -89,7 +89,7 @@ def prompt(text: str, image_url: Optional[str] = None) -> str:
 
 def paraphrase_pairs() -> list[dict[str, str]]:
     """GPTCache's own benchmark pairs (``gptcache_paraphrase_pairs.json``, shared data)."""
-    from evaluation.verifier.data import DEFAULT_DATA_DIR
+    from evaluation.training.verifier.data import DEFAULT_DATA_DIR
 
     return json.loads((Path(os.environ.get("MLC_DATA_DIR", DEFAULT_DATA_DIR)) / "gptcache_paraphrase_pairs.json").read_text())
 
@@ -212,8 +212,8 @@ def in_memory(n: int) -> tuple[Samples, dict[str, Any]]:
 
 
 def gptcache(n: int) -> tuple[Samples, dict[str, Any]]:
-    from evaluation.baselines import GPTCacheLangChain
-    from evaluation.runner import reset_model_memos
+    from evaluation.harness.baselines import GPTCacheLangChain
+    from evaluation.harness.runner import reset_model_memos
 
     req = Requests(n)
     out: Samples = {}
@@ -243,9 +243,9 @@ def gptcache(n: int) -> tuple[Samples, dict[str, Any]]:
 def demo_stream() -> dict[str, Any]:
     """``mlc demo``'s VQA stream (the first 200 easy-vqa requests, 300 ms oracle), no cache
     and MultimodalSemanticCache() as shipped, run by the eval code; achieved speedup vs 1 / (1 - hit rate)."""
-    from evaluation.experiments import GroundTruthOracle, warm_models
-    from evaluation.runner import attach_speedups, run_workload
-    from evaluation.workloads import build
+    from evaluation.harness.experiments import GroundTruthOracle, warm_models
+    from evaluation.harness.runner import attach_speedups, run_workload
+    from evaluation.harness.workloads import build
     from mlc_integrations.langchain import MultimodalSemanticCache
 
     wl = build("vqa", quick=False, seed=0)
@@ -330,7 +330,7 @@ def print_table(rows: dict[str, dict[str, float]]) -> None:
 def reference_encode(n: int) -> dict[str, list[float]]:
     """E: the budgets' unit -- one sentence through all-MiniLM-L6-v2 in fp32 on torch
     (sentence-transformers), timed in this run beside everything else."""
-    from mlc_integrations.models import TextEmbedder
+    from mlc_integrations.embed.models import TextEmbedder
 
     model = TextEmbedder(None, backend="torch")
     model.embed(["warm up the reference encoder"])

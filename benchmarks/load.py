@@ -161,7 +161,7 @@ def _worker(mode: str, wid: int, n_workers: int, ops: int, pool_size: int, deadl
 
 def run_mode(mode: str, n_workers: int, ops: int, pool_size: int, max_seconds: float, workdir: Path,
              torch_threads: int = 1) -> dict[str, Any]:
-    from mlc_integrations.server import ChromaServer
+    from mlc_integrations.ops.server import ChromaServer
 
     server: Optional[ChromaServer] = None
     target: dict[str, Any] = {"dir": str(workdir / mode)}

@@ -78,7 +78,7 @@ def metadata(args: argparse.Namespace) -> None:
 def minilm(args: argparse.Namespace) -> None:
     import torch
 
-    from mlc_integrations.models import TextEmbedder
+    from mlc_integrations.embed.models import TextEmbedder
 
     model = TextEmbedder.shared(None, backend="torch")._ensure()  # the ONNX backends: benchmarks/text_encoder.py
     for threads in (1, 2):
@@ -109,8 +109,8 @@ def update(args: argparse.Namespace) -> None:
 
 
 def photos(args: argparse.Namespace) -> None:
-    from evaluation.workloads import local_photos
-    from mlc_integrations.models import ClipEmbedder, ClipSpec
+    from evaluation.harness.workloads import local_photos
+    from mlc_integrations.embed.models import ClipEmbedder, ClipSpec
 
     ph = local_photos()
     names = sorted(ph)

@@ -54,7 +54,7 @@ def _unit(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def _fill_then_hang(path: str, entries: int, ready: Any) -> None:
-    from mlc_integrations.storage import ChromaStore
+    from mlc_integrations.store.chroma import ChromaStore
 
     store = ChromaStore(persist_directory=path)
     exact, l1 = store.collection("exact"), store.collection("l1", dim=DIM, model="bench")
@@ -69,7 +69,7 @@ def _fill_then_hang(path: str, entries: int, ready: Any) -> None:
 
 
 def _reopen(path: str, check: Optional[str], out: Any) -> None:
-    from mlc_integrations.storage import ChromaStore
+    from mlc_integrations.store.chroma import ChromaStore
 
     t0 = time.perf_counter()
     store = ChromaStore(persist_directory=path, check_index=check)
@@ -95,7 +95,7 @@ def _engine_first_call(path: str, warm: bool, out: Any) -> None:
 
 
 def _write_cost(path: str, every: int, n: int, out: Any) -> None:
-    from mlc_integrations.storage import ChromaStore
+    from mlc_integrations.store.chroma import ChromaStore
 
     store = ChromaStore(persist_directory=path, check_index="never", check_every_writes=every)
     col = store.collection("l1", dim=DIM, model="bench")
@@ -125,7 +125,7 @@ def main() -> None:
     ap.add_argument("--writes", type=int, default=100, help="single-row upserts timed per check_every_writes")
     args = ap.parse_args()
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["numpy", "chromadb", "mlc_integrations.storage"])
+    ctx.set_forkserver_preload(["numpy", "chromadb", "mlc_integrations.store.chroma"])
     tmp = tempfile.mkdtemp(prefix="reopen-bench-")
     path = os.path.join(tmp, "cache")
     try:

@@ -100,7 +100,7 @@ def _request(i: int, vec: np.ndarray, kind: str = "entry") -> Any:
 
 def _entry(eng: Any, i: int, vec: np.ndarray) -> Any:
     """The NewEntry ``MLCEngine.update`` would write for this request (keys, partition, metadata)."""
-    from mlc_integrations.entries import EntryKeys, EntryMeta, NewEntry
+    from mlc_integrations.store.entries import EntryKeys, EntryMeta, NewEntry
 
     kr = eng.key(_request(i, vec))
     keys = EntryKeys(scope=kr.scope_key, ns=kr.namespace, ctx=kr.context_key, imgs=kr.images_key, n_images=0)

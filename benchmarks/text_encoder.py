@@ -1,5 +1,5 @@
 """L1's text encoder, backends side by side: sentence-transformers (torch fp32) vs ONNX
-Runtime fp32 vs ONNX Runtime int8 (:mod:`mlc_integrations.text_onnx`).
+Runtime fp32 vs ONNX Runtime int8 (:mod:`mlc_integrations.embed.text_onnx`).
 
     ./dev python benchmarks/text_encoder.py                       # all sections
     ./dev python benchmarks/text_encoder.py --section latency     # single-sentence latency, 1 and 2 threads
@@ -33,14 +33,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 
-from mlc_integrations import text_onnx  # noqa: E402
-from mlc_integrations.models import TextEmbedder, resolve_text_model  # noqa: E402
+from mlc_integrations.embed import text_onnx  # noqa: E402
+from mlc_integrations.embed.models import TextEmbedder, resolve_text_model  # noqa: E402
 
 MODEL = Path(resolve_text_model(None))
 
 
 def shared_data() -> Path:
-    from evaluation.workloads import shared_data_dir
+    from evaluation.harness.workloads import shared_data_dir
 
     return shared_data_dir()
 
@@ -102,7 +102,7 @@ def latency(n: int) -> None:
 _CHILD = """
 import json, sys, time
 t0 = time.perf_counter()
-from mlc_integrations.models import TextEmbedder
+from mlc_integrations.embed.models import TextEmbedder
 emb = TextEmbedder(None, backend=sys.argv[1])
 t1 = time.perf_counter()
 emb.embed(["what color is the shape?"])
@@ -122,7 +122,7 @@ def _child(backend: str, cache: str) -> dict[str, float]:
 
 
 def first_use() -> None:
-    print("## First use in a fresh process, s (import mlc_integrations.models; load; first vector)\n")
+    print("## First use in a fresh process, s (import mlc_integrations.embed.models; load; first vector)\n")
     print("| backend | cache | import | load + first vector | next vector, ms | export (meta.json) |")
     print("|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as cache:

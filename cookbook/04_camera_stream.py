@@ -51,7 +51,7 @@ from langchain_core.messages import HumanMessage
 from PIL import Image
 
 from mlc_integrations import MultimodalSemanticCache
-from evaluation.imageops import brightness, noise, png_bytes, shift
+from evaluation.sources.imageops import brightness, noise, png_bytes, shift
 from mlc_integrations.images import pixel_digest
 from mlc_integrations.verify import normalize_answer
 

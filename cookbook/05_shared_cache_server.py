@@ -47,7 +47,7 @@ from langchain_core.messages import HumanMessage
 
 from mlc_integrations import MultimodalSemanticCache
 from mlc_integrations.verify import normalize_answer
-from mlc_integrations.server import ChromaServer
+from mlc_integrations.ops.server import ChromaServer
 from mlc_integrations import StorageOptions
 
 RESULT_PREFIX = "RESULT-JSON: "

@@ -30,9 +30,9 @@ from typing import Any, Callable, Optional
 
 from PIL import Image
 
-from evaluation.easyvqa import COLORS, SHAPES
-from evaluation.imageops import png_bytes
-from mlc_integrations.models import NAMED_CLIP_MODELS
+from evaluation.sources.easyvqa import COLORS, SHAPES
+from evaluation.sources.imageops import png_bytes
+from mlc_integrations.embed.models import NAMED_CLIP_MODELS
 
 PROVIDER_ENV = "MLC_COOKBOOK_PROVIDER"
 MODEL_ENV = "MLC_COOKBOOK_MODEL"

@@ -17,7 +17,7 @@ import json
 import sys
 from typing import Optional, Sequence
 
-from .workloads import WORKLOADS
+from .harness.workloads import WORKLOADS
 
 WORKLOAD_NAMES = tuple(WORKLOADS)
 
@@ -37,7 +37,7 @@ def _eval_setup(args: argparse.Namespace) -> None:
 
 
 def _print_results(exp: object, md: object) -> None:
-    from .report import ORACLE_NOTE
+    from .harness.report import ORACLE_NOTE
 
     for r in exp.results:  # type: ignore[attr-defined]
         tiers = " ".join(f"{t}={n}" for t, n in sorted(r.tier_hits.items())) or "-"
@@ -50,10 +50,10 @@ def _print_results(exp: object, md: object) -> None:
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     _eval_setup(args)
-    from .experiments import demo
-    from .report import write_report
+    from .harness.experiments import demo
+    from .harness.report import write_report
 
-    from mlc_integrations.image_encoders import DEFAULT_IMAGE_ENCODER
+    from mlc_integrations.embed.image_towers import DEFAULT_IMAGE_ENCODER
 
     print("MLC demo: VQA, camera and real-video streams through set_llm_cache(MultimodalSemanticCache()) as shipped")
     print(f"(embedded Chroma, offline models: text all-MiniLM-L6-v2, L2 {DEFAULT_IMAGE_ENCODER} + local change "
@@ -83,8 +83,8 @@ def _parse_taus(text: Optional[str]) -> Optional[list[float]]:
 
 def _cmd_sweep(args: argparse.Namespace) -> int:
     _eval_setup(args)
-    from .experiments import sweep
-    from .report import write_report
+    from .harness.experiments import sweep
+    from .harness.report import write_report
 
     exp = sweep(args.workload, quick=args.quick, taus=_parse_taus(args.taus), latency_ms=args.latency_ms,
                 split=args.split, seed=args.seed, gptcache=True if args.gptcache else None)
@@ -96,8 +96,8 @@ def _cmd_sweep(args: argparse.Namespace) -> int:
 
 def _cmd_bench(args: argparse.Namespace) -> int:
     _eval_setup(args)
-    from .experiments import bench
-    from .report import write_report
+    from .harness.experiments import bench
+    from .harness.report import write_report
 
     exp = bench(tuple(args.workloads.split(",")), quick=not args.full, latency_ms=args.latency_ms, seed=args.seed,
                 real_llm=not args.no_llm, llm_items=args.llm_items)
@@ -111,7 +111,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 def _cmd_encoder_study(args: argparse.Namespace) -> int:
     _eval_setup(args)
-    from .encoder_study import write_study
+    from .studies.encoder_study import write_study
 
     md = write_study(args.out, seed=args.seed)
     print(open(md).read())
@@ -120,7 +120,7 @@ def _cmd_encoder_study(args: argparse.Namespace) -> int:
 
 
 def _cmd_train_clip(args: argparse.Namespace) -> int:
-    from .train_clip import train
+    from .training.train_clip import train
 
     report = train(args.out, steps=args.steps, seed=args.seed, threads=args.threads)
     print(json.dumps(report, indent=2))

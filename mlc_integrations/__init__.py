@@ -18,7 +18,7 @@ from .errors import (
     StorageError,
 )
 from .images import ImageRef, image_digest
-from .models import ClipSpec
+from .embed.models import ClipSpec
 from .request import CacheRequest, Hit, Lookup, Refusal
 
 __version__ = "0.1.0"

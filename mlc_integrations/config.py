@@ -2,7 +2,7 @@
 which models, thresholds, TTL, size, strict) are :class:`~mlc_integrations.MLCEngine`
 keywords; these small immutable objects hold the rest, each with working defaults::
 
-    from mlc_integrations import MLCEngine, Limits, StorageOptions, TierOptions, VerifierOptions, WriteOptions
+    from . import MLCEngine, Limits, StorageOptions, TierOptions, VerifierOptions, WriteOptions
 
     engine = MLCEngine(
         persist_directory="./.mlc_cache",
@@ -22,13 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from .eviction import DEFAULT_EVICTION_POLICY
+from .store.eviction import DEFAULT_EVICTION_POLICY
 from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
-from .storage import DEFAULT_SEARCH_EF
-from .inflight import DEFAULT_WAIT_S
+from .store.chroma import DEFAULT_SEARCH_EF
+from .runtime.inflight import DEFAULT_WAIT_S
 from .tiers import DEFAULT_L1_PRESCREEN, DEFAULT_L2_PRESCREEN
 from .verify import DEFAULT_EXPLORE_RATE, DEFAULT_MIN_PRECISION
-from .writebehind import DEFAULT_MAX_PENDING
+from .store.writebehind import DEFAULT_MAX_PENDING
 
 
 @dataclass(frozen=True)

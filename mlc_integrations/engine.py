@@ -16,19 +16,19 @@ import threading
 import time
 from typing import Any, Callable, Optional
 
-from .dirlock import DirectoryLock
-from .encoders import TierEncoders
-from .entries import NO_EXPIRY, EntryKeys, EntryMeta, EntryStore, NewEntry, answer_of, serialize_payload
+from .store.dirlock import DirectoryLock
+from .embed.encoders import TierEncoders
+from .store.entries import NO_EXPIRY, EntryKeys, EntryMeta, EntryStore, NewEntry, answer_of, serialize_payload
 from .errors import InvalidRequestError, MLCError, StorageError, first_time
-from .eviction import Eviction
+from .store.eviction import Eviction
 from .images import DecodedImage
 from .keys import Keyer, KeyedRequest, model_label, scope_digest
-from .image_encoders import DEFAULT_IMAGE_ENCODER, ImageEncoder
-from .inflight import InFlight, coalesced_in_thread
-from .models import TextEmbedder
+from .embed.image_towers import DEFAULT_IMAGE_ENCODER, ImageEncoder
+from .runtime.inflight import InFlight, coalesced_in_thread
+from .embed.models import TextEmbedder
 from .request import CacheRequest, Hit, Lookup
-from .stats import EngineStats, engine_stats
-from .storage import ChromaStore
+from .runtime.stats import EngineStats, engine_stats
+from .store.chroma import ChromaStore
 from .config import Limits, StorageOptions, TierOptions, VerifierOptions, WriteOptions, resolve_options
 from .tiers import (
     DEFAULT_L1_THRESHOLD,
@@ -38,8 +38,8 @@ from .tiers import (
     MultimodalTier,
     TextSemanticTier,
 )
-from . import shutdown
-from .writebehind import PendingEntries
+from .runtime import shutdown
+from .store.writebehind import PendingEntries
 from .verify import VerificationPolicy, make_policy
 
 __all__ = ["MLCEngine", "answer_of", "DEFAULT_L1_THRESHOLD", "DEFAULT_L2_IMAGE_THRESHOLD",

@@ -259,7 +259,7 @@ class DecodeMemo:
     anyway; so a 36 MP photo costs one decode, not one per request."""
 
     def __init__(self, max_pixels: int = 64_000_000, min_len: int = 32, max_items: int = 4096) -> None:
-        from ._lru import LRU
+        from .runtime.lru import LRU
 
         self.max_pixels = max_pixels
         self.min_len = min_len

@@ -27,7 +27,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from ._lru import LRU
+from .runtime.lru import LRU
 from .errors import InvalidRequestError
 from .images import DecodedImage, DecodeMemo, ImageRef, decode_image
 from .request import CacheRequest

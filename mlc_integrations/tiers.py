@@ -21,13 +21,13 @@ from typing import Optional, Sequence, Union
 
 import numpy as np
 
-from .encoders import TierEncoders
-from .entries import EntryStore, Missing, StoredEntry, image_row_id
-from .eviction import AccessLog
+from .embed.encoders import TierEncoders
+from .store.entries import EntryStore, Missing, StoredEntry, image_row_id
+from .store.eviction import AccessLog
 from .images import FINGERPRINT_MODEL
 from .keys import KeyedRequest
 from .request import Hit, Refusal
-from .stats import EngineStats
+from .runtime.stats import EngineStats
 from .verify import Decision, VerificationPolicy
 from .verify.image_change import ImageChangeVerifier, ImageVerdict
 
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 # L1 and the L2 prompt side only *retrieve* candidates for the verifier (verify/),
 # which decides reuse: 0.80 reaches 76 % of qqp_val duplicates and every easy-vqa
 # paraphrase above 0.80 (raw cosine alone needed 0.95 and still reused negations).
-# Reproduce: `python -m evaluation.train_verifier train` (table "Retrieval
+# Reproduce: `python -m evaluation.training.train_verifier train` (table "Retrieval
 # floor") and `... train_verifier vqa`; see docs/verification.md. With verifier="off"
 # pass l1_threshold=0.95 for the old raw-cosine behaviour.
 DEFAULT_L1_THRESHOLD = 0.80
@@ -45,7 +45,7 @@ DEFAULT_L2_PROMPT_THRESHOLD = 0.80
 # The L2 pre-screen: a stored fingerprint this close to a new picture's is needed before the
 # image encoder runs. At 0.5 it lost 0 of 517 encoder hits among near-duplicates of 67 real
 # pictures and 0 of 178 among consecutive real video frames, and saved the encoder run for
-# 97.5 % of pairs of different pictures (`python -m evaluation.prescreen`,
+# 97.5 % of pairs of different pictures (`python -m evaluation.studies.prescreen`,
 # docs/results/prescreen.md).
 DEFAULT_L2_PRESCREEN = 0.5
 # Local image comparisons per lookup (best candidates first): ~3 ms each; a candidate
@@ -55,7 +55,7 @@ MAX_IMAGE_CHECKS = 6
 L2_QUERY_K = 8
 # The L1 pre-screen: a stored static vector (static_text.py) this close to a new text's is
 # needed before the sentence model runs; chosen on training pairs so that pairs the sentence
-# model puts over DEFAULT_L1_THRESHOLD pass it (`python -m evaluation.text_prescreen`,
+# model puts over DEFAULT_L1_THRESHOLD pass it (`python -m evaluation.studies.text_prescreen`,
 # docs/results/text_prescreen.md). None turns it off.
 DEFAULT_L1_PRESCREEN: Optional[float] = 0.51
 # The pre-screen costs a storage query on every new text and saves an encode only when it

@@ -16,7 +16,7 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 from PIL import Image  # noqa: E402
 
 from mlc_integrations import MLCEngine  # noqa: E402
-from mlc_integrations.models import TextEmbedder, save_clip_checkpoint  # noqa: E402
+from mlc_integrations.embed.models import TextEmbedder, save_clip_checkpoint  # noqa: E402
 
 # The checkout's own excerpts of the real data (data/README.md): tests never need ../shared.
 REPO_DATA = Path(__file__).resolve().parents[1] / "data"
@@ -33,7 +33,7 @@ def private_model_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pa
     """The ONNX text export lives in a per-session directory, not the user's
     ~/.cache: a run starts as a fresh machine does (the first text embedding exports the
     local MiniLM, offline) whatever an earlier run or the user left there."""
-    from mlc_integrations import text_onnx
+    from mlc_integrations.embed import text_onnx
 
     root = tmp_path_factory.mktemp("mlc-model-cache")
     mp = pytest.MonkeyPatch()

@@ -10,7 +10,7 @@
   :mod:`.replay` turns stored replies into chunks and finished streams into replies.
 """
 
-from ..adapter_kit import LookupRecord, LookupTracker
+from ..adapters.kit import LookupRecord, LookupTracker
 from .cache import (
     DEFAULT_PERSIST_DIRECTORY,
     PAYLOAD_FORMAT,

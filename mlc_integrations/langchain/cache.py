@@ -9,11 +9,11 @@ LangChain calls a :class:`~langchain_core.caches.BaseCache` with two strings:
   (model name, temperature, stop, bound tools, ...).
 
 This module only translates: :class:`~mlc_integrations.langchain.prompt.PromptParser`
-reads ``prompt`` into framework-neutral :class:`~mlc_integrations.conversation.Turn` s,
-:func:`~mlc_integrations.conversation.request_from_turns` decides request vs. context,
+reads ``prompt`` into framework-neutral :class:`~mlc_integrations.adapters.conversation.Turn` s,
+:func:`~mlc_integrations.adapters.conversation.request_from_turns` decides request vs. context,
 ``llm_string`` is the scope, and generations are (de)serialized with LangChain's own
 serializer. Matching, storage and failure policy are the engine's; fail-open, counters
-and ``last_hit`` follow :mod:`mlc_integrations.adapter_kit`, like the LlamaIndex wrapper.
+and ``last_hit`` follow :mod:`mlc_integrations.adapters.kit`, like the LlamaIndex wrapper.
 """
 
 from __future__ import annotations
@@ -45,13 +45,13 @@ try:  # a context variable in langchain-core 1.x: safe across threads and tasks
 except ImportError:  # pragma: no cover - older langchain-core
     from contextlib import nullcontext as _quiet_beta
 
-from .._lru import LRU
-from ..adapter_kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
+from ..runtime.lru import LRU
+from ..adapters.kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
                            note_lookup)
-from ..conversation import request_from_turns
+from ..adapters.conversation import request_from_turns
 from ..engine import MLCEngine
 from ..errors import InvalidRequestError, PayloadError
-from ..inflight import coalesced_in_thread
+from ..runtime.inflight import coalesced_in_thread
 from ..images import ImageRef, is_remote_url
 from ..request import DEFAULT_NAMESPACE, CacheRequest, Hit
 from .prompt import ParsedPrompt, PromptParser

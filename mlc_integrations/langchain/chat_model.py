@@ -33,11 +33,11 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from pydantic import Field, PrivateAttr
 
-from ..adapter_kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
+from ..adapters.kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
                            note_lookup)
 from ..engine import MLCEngine
 from ..errors import PayloadError
-from ..inflight import coalesced_in_thread
+from ..runtime.inflight import coalesced_in_thread
 from ..request import CacheRequest, Hit
 from .cache import MultimodalSemanticCache, answer_text, generations_from_payload, generations_payload
 from .replay import as_chunk, cached_generation, finished_generation, inner_callbacks, replay_chunks, swap_model

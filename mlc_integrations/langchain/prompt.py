@@ -1,11 +1,11 @@
-"""LangChain ``prompt`` string -> framework-neutral :class:`~mlc_integrations.conversation.Turn` s.
+"""LangChain ``prompt`` string -> framework-neutral :class:`~mlc_integrations.adapters.conversation.Turn` s.
 
 For a chat model LangChain hands the cache ``langchain_core.load.dumps`` of the
 message list; for a plain LLM, the prompt text itself. :class:`PromptParser` reads
 both: message roles, the fields that decide the answer (tool calls, tool call ids,
 names), text blocks, and pictures in every provider's block format
 (:func:`image_block_source`). What is the request and what is context is
-:func:`~mlc_integrations.conversation.request_from_turns`' decision, not this module's.
+:func:`~mlc_integrations.adapters.conversation.request_from_turns`' decision, not this module's.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
-from ..conversation import Part, Turn
+from ..adapters.conversation import Part, Turn
 from ..errors import InvalidRequestError
 from ..images import ImageRef, is_remote_url
 

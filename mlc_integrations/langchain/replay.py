@@ -21,7 +21,7 @@ from langchain_core.runnables import Runnable
 from langchain_core.runnables.config import ensure_config
 from pydantic import BaseModel
 
-from ..adapter_kit import split_deltas
+from ..adapters.kit import split_deltas
 from ..request import Hit
 
 try:  # langchain-core >= 1.3: the marker of handlers that consume v2 stream events

@@ -6,7 +6,7 @@
 * :mod:`.llm` is the wrapper: the eight LLM endpoints over the engine.
 """
 
-from ..adapter_kit import LookupRecord, LookupTracker
+from ..adapters.kit import LookupRecord, LookupTracker
 from .keying import llm_scope, message_to_turn
 from .llm import CachedFunctionCallingLLM, CachedMultiModalLLM
 

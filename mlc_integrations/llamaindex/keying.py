@@ -26,7 +26,7 @@ from llama_index.core.bridge.pydantic import BaseModel
 from llama_index.core.tools.types import BaseTool
 from llama_index.core.utils import resolve_binary
 
-from ..conversation import Part, Turn
+from ..adapters.conversation import Part, Turn
 from ..errors import ImageDecodeError, InvalidRequestError, MLCError
 from ..images import ImageRef
 

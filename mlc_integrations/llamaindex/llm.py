@@ -6,7 +6,7 @@ pattern: it holds ``llm``, delegates ``metadata`` and decorates its endpoints wi
 events fire for cached calls too). It is a thin adapter: :mod:`.keying` turns a call
 into a request, :mod:`.payload` turns responses into JSON and back. Matching, storage
 and failure policy are the engine's; fail-open, counters and ``last_hit`` follow
-:mod:`mlc_integrations.adapter_kit`, like the LangChain cache.
+:mod:`mlc_integrations.adapters.kit`, like the LangChain cache.
 
 What is in the key, besides the conversation:
 
@@ -47,12 +47,12 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import LLM, ToolSelection
 
-from ..adapter_kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
+from ..adapters.kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
                            note_lookup)
-from ..conversation import Part, Turn, request_from_turns
+from ..adapters.conversation import Part, Turn, request_from_turns
 from ..engine import MLCEngine
 from ..errors import InvalidRequestError, PayloadError
-from ..inflight import coalesced_in_thread
+from ..runtime.inflight import coalesced_in_thread
 from ..images import ImageRef
 from ..request import DEFAULT_NAMESPACE, CacheRequest, Hit
 from .keying import ScopeWatch, image_document_input, images_message, kwargs_json, labelled, legacy_args, llm_scope

@@ -13,7 +13,7 @@ from typing import Any, AsyncGenerator, AsyncIterator, Awaitable, Callable, Gene
 
 from llama_index.core.base.llms.types import ChatMessage, ChatResponse, CompletionResponse, TextBlock
 
-from ..adapter_kit import Counters, split_deltas
+from ..adapters.kit import Counters, split_deltas
 from .payload import Response
 
 

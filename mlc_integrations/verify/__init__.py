@@ -38,7 +38,7 @@ from .policy import (
     make_policy,
     normalize_answer,
 )
-from .signals import (
+from .text.signals import (
     FEATURE_NAMES,
     SIGNAL_NAMES,
     TEXT_FEATURE_NAMES,

@@ -24,7 +24,7 @@ module compares the two pictures *locally*, after aligning them:
    and the changed area are the evidence.
 4. **Decision** (:class:`ImageChangeRule`): refuse when alignment failed, too little of
    the stored picture is seen again, or a region changed; the thresholds are calibrated
-   on labelled pairs of real pictures (``python -m evaluation.image_pairs``, see
+   on labelled pairs of real pictures (``python -m evaluation.training.image_pairs``, see
    docs/image-change.md) and live in ``assets/image_change.json``.
 
 Everything is numpy + Pillow; ~2-4 ms per candidate on this CPU (benchmarks/latency.py).
@@ -45,7 +45,8 @@ from typing import Any, Optional, Union
 import numpy as np
 from PIL import Image
 
-from .._lru import LRU
+from ..runtime.lru import LRU
+from ..assets import ASSETS_DIR
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ DESCRIPTOR_VERSION = 1
 _MAGIC = b"MLCI"
 _HEADER = struct.Struct("<4sBBBHH")  # magic, version, grey side, chroma side, original width, height
 DESCRIPTOR_MAX_BYTES = _HEADER.size + GREY_SIDE * GREY_SIDE + 2 * CHROMA_SIDE * CHROMA_SIDE
-DEFAULT_RULE_PATH = Path(__file__).resolve().parent.parent / "assets" / "image_change.json"
+DEFAULT_RULE_PATH = ASSETS_DIR / "image_change.json"
 
 
 class DescriptorError(ValueError):
@@ -435,7 +436,7 @@ class ImageChangeRule:
     * ``max_region``: a connected changed region covers at least this share of the picture;
     * ``max_area``: changed pixels, wherever they are, cover at least this share.
 
-    Calibrated on the train split of ``python -m evaluation.image_pairs`` (held-out pairs
+    Calibrated on the train split of ``python -m evaluation.training.image_pairs`` (held-out pairs
     never tuned on); the shipped values are in ``assets/image_change.json``.
     """
 

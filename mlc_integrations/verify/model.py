@@ -1,7 +1,7 @@
 """The verifier's model: calibrated probability that reusing a stored answer is right.
 
 A small model (gradient-boosted trees, a logistic regression, optionally an embedding
-head; trained by ``python -m evaluation.train_verifier``) read from plain
+head; trained by ``python -m evaluation.training.train_verifier``) read from plain
 JSON (``assets/verifier.json``) and evaluated with numpy only: no scikit-learn at run
 time, no pickle. Its output goes through isotonic calibration, so a threshold on it is
 a precision.
@@ -17,8 +17,9 @@ from typing import Any, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from ..assets import ASSETS_DIR
 from ..keys import exact_text
-from .signals import (
+from .text.signals import (
     FEATURE_NAMES,
     SIGNAL_NAMES,
     TEXT_FEATURE_NAMES,
@@ -28,7 +29,7 @@ from .signals import (
     text_features,
 )
 
-DEFAULT_VERIFIER_PATH = Path(__file__).parent.parent / "assets" / "verifier.json"
+DEFAULT_VERIFIER_PATH = ASSETS_DIR / "verifier.json"
 VERIFIER_FORMAT = "mlc-verifier"
 VERIFIER_FORMAT_VERSION = 3  # 2: optional "vectors" model with an embedding head; 3: edit features
 

@@ -24,12 +24,12 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 
 from ..errors import ConfigurationError
-from .._lru import LRU
+from ..runtime.lru import LRU
 from ..keys import exact_text
-from ..edits import analyse
+from .text.edits import analyse
 from .bands import FalseHitEstimates
 from .explain import refusal_reason
-from .judge import ENV_JUDGE, PairJudge, default_judge
+from .text.judge import ENV_JUDGE, PairJudge, default_judge
 from .model import Verifier
 
 log = logging.getLogger(__name__)
@@ -60,8 +60,8 @@ def exact_answer_match(fresh: str, stored: str) -> bool:
 # cross-validated precision 0.855 on qqp_val (0.908 class-balanced; 1.000 on easy-vqa)
 # with "full" (0.881 / 0.926 with "vectors").
 # At 0.90 and above it keeps under 10 % of easy-vqa's same-answer pairs. Reproduce:
-#   python -m evaluation.train_verifier train   (table "Shipped model")
-#   python -m evaluation.train_verifier vqa
+#   python -m evaluation.training.train_verifier train   (table "Shipped model")
+#   python -m evaluation.training.train_verifier vqa
 DEFAULT_MIN_PRECISION = 0.80
 DEFAULT_EXPLORE_RATE = 0.05
 
@@ -278,7 +278,7 @@ class VerificationPolicy:
         """The L1 model's cosine of two texts (memoized embeddings), for candidates scored by
         another model (L2's CLIP prompt side); None when it cannot be computed."""
         try:
-            from ..models import TextEmbedder
+            from ..embed.models import TextEmbedder
 
             u, v = TextEmbedder.shared(None).embed([new_text, stored_text])
             return float(np.dot(u, v))
@@ -486,7 +486,7 @@ def make_policy(
     else:
         raise ValueError("verifier must be 'default', 'off'/None, a path to a verifier JSON, a Verifier or a "
                          f"VerificationPolicy, not {type(verifier).__name__}")
-    from ..models import resolve_text_model
+    from ..embed.models import resolve_text_model
 
     same_model = resolve_text_model(text_model) == resolve_text_model(v.text_model or None)
     if not same_model:

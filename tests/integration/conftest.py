@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from mlc_integrations.server import ChromaServer
+from mlc_integrations.ops.server import ChromaServer
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

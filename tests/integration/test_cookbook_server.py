@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlc_integrations.server import ChromaServer
+from mlc_integrations.ops.server import ChromaServer
 from tests.unit.test_cookbook import run_example
 
 

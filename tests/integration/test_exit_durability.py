@@ -20,7 +20,7 @@ from typing import Any, Optional
 
 import pytest
 
-from mlc_integrations.server import ChromaServer
+from mlc_integrations.ops.server import ChromaServer
 
 ROOT = Path(__file__).resolve().parents[2]
 EXITS = ("end", "sys_exit", "exception", "sigterm", "end", "sys_exit")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from mlc_integrations import CacheRequest
-from mlc_integrations.server import ChromaServer
+from mlc_integrations.ops.server import ChromaServer
 from tests.helpers import pattern
 from tests.integration.workers import engine, mp_context, question, same_key_worker, share_worker
 from mlc_integrations import StorageOptions, TierOptions

@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 
 from mlc_integrations import MLCEngine, StorageError
-from mlc_integrations.server import ChromaServer, free_port
+from mlc_integrations.ops.server import ChromaServer, free_port
 from tests.integration.workers import engine, question
 from mlc_integrations import StorageOptions
-from mlc_integrations.exact_index import ExactIndex
+from mlc_integrations.store.exact_index import ExactIndex
 
 
 def _server_engine(server: ChromaServer, prefix: str, **kw: Any) -> MLCEngine:

@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from mlc_integrations import DirectoryInUseError, MLCEngine
-from mlc_integrations.server import free_port
+from mlc_integrations.ops.server import free_port
 from tests.integration.test_exit_durability import ROOT, _env, read, write
 from mlc_integrations import TierOptions
 
 
 def test_two_workers_share_one_cache_through_mlc_serve(tmp_path: Path) -> None:
     directory, port = tmp_path / "mlc_cache", free_port()
-    serve = subprocess.Popen([sys.executable, "-m", "mlc_integrations.cli", "serve", "--dir", str(directory),
+    serve = subprocess.Popen([sys.executable, "-m", "mlc_integrations.ops.cli", "serve", "--dir", str(directory),
                               "--port", str(port)], cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
@@ -36,7 +36,7 @@ def test_two_workers_share_one_cache_through_mlc_serve(tmp_path: Path) -> None:
                                                       rf"chroma_host='127.0.0.1', chroma_port={port}"):
             MLCEngine(persist_directory=str(directory), image_encoder=None, tiers=TierOptions(l1=False))
         # the CLI too: --dir names the server's --host/--port, which read the same cache
-        cli = [sys.executable, "-m", "mlc_integrations.cli"]
+        cli = [sys.executable, "-m", "mlc_integrations.ops.cli"]
         by_dir = subprocess.run([*cli, "stats", "--dir", str(directory)], cwd=ROOT, env=_env(),
                                 capture_output=True, text=True, timeout=120)
         assert by_dir.returncode == 1 and f"--host 127.0.0.1 --port {port} instead of --dir" in by_dir.stderr

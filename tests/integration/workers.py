@@ -19,7 +19,7 @@ from typing import Any, Optional
 import numpy as np
 
 from mlc_integrations import CacheRequest, MLCEngine
-from mlc_integrations.exact_index import DEFAULT_REVALIDATE_S
+from mlc_integrations.store.exact_index import DEFAULT_REVALIDATE_S
 from mlc_integrations import StorageOptions
 
 DIM = 32
@@ -279,7 +279,7 @@ def crash_verify(path: str, journal: str, out_path: str) -> None:
 
 def open_store_until_killed(path: str, n_vectors: int, ready: Any) -> None:
     """Open a persistent store, write ``n_vectors`` L1 vectors, say so, and wait for SIGKILL."""
-    from mlc_integrations.storage import ChromaStore
+    from mlc_integrations.store.chroma import ChromaStore
 
     store = ChromaStore(persist_directory=path)
     col = store.collection("l1", dim=DIM)

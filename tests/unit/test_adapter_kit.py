@@ -13,7 +13,7 @@ from typing import Any, Optional
 import pytest
 
 from mlc_integrations import Hit, ImageDecodeError, InvalidRequestError, PayloadError, StorageError
-from mlc_integrations.adapter_kit import Counters, FailOpen, LookupRecord, LookupTracking
+from mlc_integrations.adapters.kit import Counters, FailOpen, LookupRecord, LookupTracking
 
 log = logging.getLogger("mlc_integrations.test_kit")
 

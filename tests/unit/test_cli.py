@@ -15,11 +15,11 @@ import pytest
 from PIL import Image
 
 from mlc_integrations import MLCEngine
-from mlc_integrations.cli import build_parser, main
-from mlc_integrations.inspection import size_on_disk
+from mlc_integrations.ops.cli import build_parser, main
+from mlc_integrations.ops.inspection import size_on_disk
 from mlc_integrations.keys import scope_digest
 from mlc_integrations.request import CacheRequest
-from mlc_integrations.storage import TIER_COLLECTIONS
+from mlc_integrations.store.chroma import TIER_COLLECTIONS
 from mlc_integrations import StorageOptions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -215,8 +215,8 @@ def test_cleared_cache_still_serves_what_is_left(cache_dir: Path, capsys, text_e
 # ---------------------------------------------------------------------------- demo, quickstart
 def test_demo_reports_each_phase_on_stderr(monkeypatch, capsys) -> None:
     """The demo's minutes are never silent: each phase is a line on stderr (a bar too on a terminal)."""
-    from evaluation import experiments
-    from evaluation.runner import RunResult
+    from evaluation.harness import experiments
+    from evaluation.harness.runner import RunResult
 
     class Workload:
         def __init__(self, name: str, n: int) -> None:

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from evaluation.cli import build_parser, main
-from mlc_integrations.cli import build_parser as library_parser
-from evaluation.baselines import TINY_CLIP_CONFIG
+from mlc_integrations.ops.cli import build_parser as library_parser
+from evaluation.harness.baselines import TINY_CLIP_CONFIG
 
 
 def test_parser_has_the_commands() -> None:
@@ -33,7 +33,7 @@ def test_library_and_cli_parser_do_not_import_the_eval_package() -> None:
     import subprocess
     import sys
 
-    code = ("import sys, mlc_integrations, mlc_integrations.engine, mlc_integrations.verify, mlc_integrations.cli as c; "
+    code = ("import sys, mlc_integrations, mlc_integrations.engine, mlc_integrations.verify, mlc_integrations.ops.cli as c; "
             "c.build_parser(); print(sorted(m for m in sys.modules if m.startswith('evaluation')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

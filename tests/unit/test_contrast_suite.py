@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from evaluation.contrast_natural import ISSUE_EXAMPLES, PARAPHRASE_KINDS
-from evaluation.contrast_suite import SUITE_PATH, build, check, load
+from evaluation.contrast.natural import ISSUE_EXAMPLES, PARAPHRASE_KINDS
+from evaluation.contrast.suite import SUITE_PATH, build, check, load
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ Three complementary checks:
   delete (the SIGKILLs land wherever the scheduler puts them; this covers each
   gap between two Chroma writes on purpose, L2 included);
 * vectors Chroma stores but its HNSW graph cannot reach (issue 14: what made the
-  SIGKILL test flaky; mlc_integrations/index_repair.py): provoked deterministically,
+  SIGKILL test flaky; mlc_integrations/store/index_repair.py): provoked deterministically,
   found by the store's index check, and served again; the check runs on the first
   open after a process died with the store open, and not after a clean close.
 """
@@ -30,8 +30,8 @@ import numpy as np
 import pytest
 
 from mlc_integrations import CacheRequest, MLCEngine
-from mlc_integrations.index_repair import finds_own_vector, unreachable_ids
-from mlc_integrations.storage import ChromaStore
+from mlc_integrations.store.index_repair import finds_own_vector, unreachable_ids
+from mlc_integrations.store.chroma import ChromaStore
 from tests.helpers import pattern
 from tests.integration.workers import (crash_verify, crash_writer, expected_states, mp_context,
                                        open_store_until_killed)
@@ -256,7 +256,7 @@ UNREACHABLE_SEED, UNREACHABLE_N, UNREACHABLE_ROW = 6, 400, 318
 def _cluster(n: int = UNREACHABLE_N, seed: int = UNREACHABLE_SEED) -> np.ndarray:
     """Tightly clustered 32-d vectors. Added one at a time (sequential inserts make
     chromadb 1.5.9's HNSW construction deterministic), row 318 ends up with no inbound
-    link: found by benchmarks-style search over seeds, see mlc_integrations/index_repair.py."""
+    link: found by benchmarks-style search over seeds, see mlc_integrations/store/index_repair.py."""
     rng = np.random.default_rng(seed)
     base = rng.normal(size=32)
     return base + 0.05 * rng.normal(size=(n, 32))
@@ -414,7 +414,7 @@ def test_a_call_during_the_background_check_waits_for_it(make_engine, tmp_path: 
     waits on the store lock until the check is done, then finds the entry."""
     import threading
 
-    import mlc_integrations.storage as storage
+    import mlc_integrations.store.chroma as storage
 
     path = str(tmp_path / "c")
     req = _stored_engine_dir(make_engine, path)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlc_integrations.dirlock import DirectoryInUseError, DirectoryLock, held_directories
+from mlc_integrations.store.dirlock import DirectoryInUseError, DirectoryLock, held_directories
 
 
 def _hold(directory: str, ready, stop) -> None:  # type: ignore[no-untyped-def]

@@ -8,7 +8,7 @@ import time
 import numpy as np
 import pytest
 
-from mlc_integrations.edits import EDIT_FEATURE_NAMES, EditAnalysis, analyse, edit_features, tokenize
+from mlc_integrations.verify.text.edits import EDIT_FEATURE_NAMES, EditAnalysis, analyse, edit_features, tokenize
 
 
 def kind(a: str, b: str) -> str:

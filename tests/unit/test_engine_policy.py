@@ -10,7 +10,7 @@ import pytest
 from PIL import Image
 
 from mlc_integrations import CacheRequest
-from mlc_integrations.models import ClipEmbedder, ClipSpec
+from mlc_integrations.embed.models import ClipEmbedder, ClipSpec
 from tests.helpers import pattern, solid
 from mlc_integrations import StorageOptions, WriteOptions
 

@@ -8,8 +8,8 @@ import pytest
 
 pytest.importorskip("easy_vqa")
 
-from evaluation import workloads as W  # noqa: E402
-from evaluation.easyvqa import (  # noqa: E402
+from evaluation.harness import workloads as W  # noqa: E402
+from evaluation.sources.easyvqa import (  # noqa: E402
     COLORS,
     SHAPES,
     UnknownQuestion,

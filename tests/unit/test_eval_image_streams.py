@@ -6,8 +6,8 @@ from __future__ import annotations
 import math
 
 
-from evaluation.image_streams import video_frames
-from evaluation.photos import RELATED, choose_threshold, related_pairs, split
+from evaluation.harness.image_streams import video_frames
+from evaluation.studies.photos import RELATED, choose_threshold, related_pairs, split
 from evaluation.paths import video_source
 
 
@@ -55,11 +55,11 @@ def test_the_checkout_carries_excerpts_of_both_videos() -> None:
 
 
 def test_classifier_truth_is_what_the_backend_answers_for_the_bytes_sent() -> None:
-    from evaluation import imageops
-    from evaluation.backends import ImageNetClassifierChat
-    from evaluation.image_streams import FRAME_QUESTION, classifier_truths
-    from evaluation.runner import to_messages
-    from evaluation.workloads import WorkItem
+    from evaluation.sources import imageops
+    from evaluation.harness.backends import ImageNetClassifierChat
+    from evaluation.harness.image_streams import FRAME_QUESTION, classifier_truths
+    from evaluation.harness.runner import to_messages
+    from evaluation.harness.workloads import WorkItem
 
     frame = video_frames("vtest.avi", stride=1, max_frames=1)[0]
     data = imageops.jpeg_bytes(frame, 90)

@@ -16,7 +16,7 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(eval_pkg.__path__, prefix
 
 
 def test_there_are_evaluation_modules() -> None:
-    assert "evaluation.contrast_report" in MODULES and len(MODULES) > 20
+    assert "evaluation.contrast.report" in MODULES and len(MODULES) > 20
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -7,7 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evaluation import qqp_target, workloads as W
+from evaluation.studies import qqp_target
+
+from evaluation.harness import workloads as W
 
 pytestmark = pytest.mark.skipif(not (W.shared_data_dir() / "qqp_val.csv").exists(),
                                 reason="shared data folder absent")

@@ -13,12 +13,12 @@ from langchain_core.messages import HumanMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration  # noqa: E402
 from langchain_core.messages import AIMessage  # noqa: E402
 
-from evaluation.backends import GroundTruthOracle  # noqa: E402
-from evaluation.baselines import gptcache_cosine, gptcache_threshold_for_cosine  # noqa: E402
-from evaluation.runner import RunResult, attach_speedups, run_workload, to_messages  # noqa: E402
-from evaluation.workloads import WorkItem, Workload  # noqa: E402
+from evaluation.harness.backends import GroundTruthOracle  # noqa: E402
+from evaluation.harness.baselines import gptcache_cosine, gptcache_threshold_for_cosine  # noqa: E402
+from evaluation.harness.runner import RunResult, attach_speedups, run_workload, to_messages  # noqa: E402
+from evaluation.harness.workloads import WorkItem, Workload  # noqa: E402
 from tests.helpers import png_bytes, solid  # noqa: E402
-from evaluation.baselines import TINY_CLIP_CONFIG
+from evaluation.harness.baselines import TINY_CLIP_CONFIG
 
 
 def _text_workload() -> Workload:
@@ -102,7 +102,7 @@ def test_gptcache_threshold_is_converted_to_cosine() -> None:
 def test_real_gptcache_hits_whole_prompt_neighbours(text_embedder: Any) -> None:
     pytest.importorskip("gptcache")
     pytest.importorskip("faiss")
-    from evaluation.baselines import GPTCacheLangChain
+    from evaluation.harness.baselines import GPTCacheLangChain
 
     wl = _text_workload()
     cache = GPTCacheLangChain(similarity_threshold=0.8)  # cosine >= 0.6
@@ -112,7 +112,7 @@ def test_real_gptcache_hits_whole_prompt_neighbours(text_embedder: Any) -> None:
 
 
 def test_mlc_cache_through_langchain_reports_tiers(text_embedder: Any) -> None:
-    from evaluation.baselines import mlc_cache
+    from evaluation.harness.baselines import mlc_cache
 
     img = png_bytes(solid((200, 10, 10)))
     items = [WorkItem("what color is the shape?", "red", "new", image=img),

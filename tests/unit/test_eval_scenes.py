@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from evaluation import scene_questions as Q
-from evaluation.scene_workloads import edit_stream, mark_oracle_reusable, scene_stream
-from evaluation.scenes import (
+from evaluation.scenes import questions as Q
+from evaluation.scenes.workloads import edit_stream, mark_oracle_reusable, scene_stream
+from evaluation.scenes.graphs import (
     COLORS,
     PAD,
     Background,
@@ -30,8 +30,8 @@ from evaluation.scenes import (
     render,
     valid,
 )
-from evaluation.workloads import WorkItem
-from evaluation.baselines import TINY_CLIP_CONFIG
+from evaluation.harness.workloads import WorkItem
+from evaluation.harness.baselines import TINY_CLIP_CONFIG
 
 
 def _hand_scene() -> Scene:
@@ -203,7 +203,7 @@ def test_scenes_clip_is_small_reproducible_and_loads_through_the_engine(tmp_path
     import hashlib
 
     from mlc_integrations import MLCEngine
-    from evaluation.train_scenes_clip import MODEL_CFG, MODEL_DIR, train
+    from evaluation.training.train_scenes_clip import MODEL_CFG, MODEL_DIR, train
     from mlc_integrations.request import CacheRequest
 
     assert json.loads((MODEL_DIR / "open_clip_config.json").read_text())["model_cfg"] == MODEL_CFG
@@ -224,11 +224,11 @@ def test_scenes_clip_is_small_reproducible_and_loads_through_the_engine(tmp_path
 
 
 def test_diagnosis_lists_each_wrong_hit_and_each_unserved_reusable_request(text_embedder: Any) -> None:
-    from evaluation.backends import GroundTruthOracle
-    from evaluation.baselines import mlc_cache
-    from evaluation.runner import run_workload
-    from evaluation.scene_diagnose import diagnose, markdown
-    from evaluation.scene_experiments import scenes_clip
+    from evaluation.harness.backends import GroundTruthOracle
+    from evaluation.harness.baselines import mlc_cache
+    from evaluation.harness.runner import run_workload
+    from evaluation.scenes.diagnose import diagnose, markdown
+    from evaluation.scenes.experiments import scenes_clip
 
     wl = edit_stream(n_scenes=1, seed=0)
     rows = diagnose(wl, mlc_cache(image_encoder=scenes_clip()))

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("easy_vqa")
 
 from mlc_integrations import MLCEngine  # noqa: E402
-from mlc_integrations.models import NAMED_CLIP_MODELS  # noqa: E402
+from mlc_integrations.embed.models import NAMED_CLIP_MODELS  # noqa: E402
 from mlc_integrations.request import CacheRequest  # noqa: E402
 from tests.helpers import jpeg_bytes  # noqa: E402
 from mlc_integrations import TierOptions
@@ -21,8 +21,8 @@ from mlc_integrations import TierOptions
 def test_packaged_checkpoint_is_small_and_loads_by_name(text_embedder: Any) -> None:
     from PIL import Image
 
-    from evaluation.easyvqa import load_split
-    from evaluation.train_clip import MODEL_CFG
+    from evaluation.sources.easyvqa import load_split
+    from evaluation.training.train_clip import MODEL_CFG
 
     d = NAMED_CLIP_MODELS["mlc-easyvqa-tiny"]
     weights = d / "open_clip_model.safetensors"
@@ -41,7 +41,7 @@ def test_packaged_checkpoint_is_small_and_loads_by_name(text_embedder: Any) -> N
 
 
 def test_training_is_deterministic(tmp_path: Path) -> None:
-    from evaluation.train_clip import train
+    from evaluation.training.train_clip import train
 
     a = train(tmp_path / "a", steps=2, progress=False, evaluate_after=False)
     b = train(tmp_path / "b", steps=2, progress=False, evaluate_after=False)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mlc_integrations import CacheRequest
-from mlc_integrations.eviction import EVICTION_POLICIES, AccessLog, EntryAge
+from mlc_integrations.store.eviction import EVICTION_POLICIES, AccessLog, EntryAge
 from mlc_integrations import StorageOptions
 
 

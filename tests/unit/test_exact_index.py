@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlc_integrations import CacheRequest, MLCEngine, StorageOptions
-from mlc_integrations.exact_index import ExactIndex
+from mlc_integrations.store.exact_index import ExactIndex
 
 
 def ask(text: str) -> CacheRequest:

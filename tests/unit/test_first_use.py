@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlc_integrations.model_files import ExportMemo
+from mlc_integrations.embed.files import ExportMemo
 
 ROOT = Path(__file__).resolve().parents[2]
 

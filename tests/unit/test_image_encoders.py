@@ -13,8 +13,8 @@ import pytest
 from PIL import Image
 
 from mlc_integrations.errors import ConfigurationError, ModelUnavailableError
-from evaluation import imageops
-from mlc_integrations.image_encoders import (
+from evaluation.sources import imageops
+from mlc_integrations.embed.image_towers import (
     DEFAULT_IMAGE_ENCODER,
     EFFICIENTNET_LITE,
     ClipImageEncoder,
@@ -25,7 +25,7 @@ from mlc_integrations.image_encoders import (
     weights_path,
 )
 from mlc_integrations.images import pixel_digest
-from mlc_integrations.models import ClipSpec
+from mlc_integrations.embed.models import ClipSpec
 from tests.conftest import REPO_DATA
 
 PHOTOS = REPO_DATA / "photos"
@@ -70,7 +70,7 @@ def test_default_encoder_loads_offline_from_the_installed_package(no_network: No
 
 def test_packaged_weights_classify_a_real_photo_correctly(lite0: EfficientNetLiteEncoder) -> None:
     # A renamed-but-misplaced tensor would still load; a correct mapping also classifies.
-    from evaluation.backends import imagenet_label
+    from evaluation.harness.backends import imagenet_label
 
     logits = lite0.logits([photo("squirrel_cls.jpg")])
     assert imagenet_label(int(logits.argmax())) == "fox squirrel"

@@ -21,7 +21,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from pydantic import PrivateAttr
 
 from mlc_integrations import CacheRequest, MLCEngine
-from mlc_integrations.inflight import InFlight, InFlightWait, coalesced_in_thread
+from mlc_integrations.runtime.inflight import InFlight, InFlightWait, coalesced_in_thread
 from mlc_integrations.langchain import CachedChatModel, MultimodalSemanticCache
 
 N = 5
@@ -237,7 +237,7 @@ def test_wait_s_zero_turns_coalescing_off() -> None:
 
 
 async def test_a_follower_in_a_worker_thread_waits_on_the_event_loop_instead() -> None:
-    from mlc_integrations import inflight
+    from mlc_integrations.runtime import inflight
 
     flights = InFlight()
 
@@ -259,7 +259,7 @@ async def test_a_follower_in_a_worker_thread_waits_on_the_event_loop_instead() -
 
 
 def test_flights_of_lookups_that_never_store_are_swept_so_the_table_stays_bounded(monkeypatch: Any) -> None:
-    from mlc_integrations import inflight
+    from mlc_integrations.runtime import inflight
 
     monkeypatch.setattr(inflight, "_SWEEP_AT", 8)
     flights = InFlight(wait_s=0.0001)

@@ -10,7 +10,7 @@ import pytest
 
 from mlc_integrations import CacheRequest
 from mlc_integrations.verify.explain import difference, refusal_reason
-from mlc_integrations.verify.judge import DEFAULT_JUDGE_PATH, PairJudge, read_judge
+from mlc_integrations.verify.text.judge import DEFAULT_JUDGE_PATH, PairJudge, read_judge
 
 
 @pytest.fixture(scope="session")
@@ -152,7 +152,7 @@ def test_the_engine_reuses_how_can_i_for_how_do_i(make_engine: Any) -> None:
 
 
 def test_case_and_spacing_alone_are_the_same_request_but_not_inside_quotes() -> None:
-    from mlc_integrations.verify.judge import surface_same
+    from mlc_integrations.verify.text.judge import surface_same
 
     assert surface_same("Capital of France?", "capital of  FRANCE?")
     assert not surface_same("Is the word 'Apple' capitalized?", "Is the word 'apple' capitalized?")

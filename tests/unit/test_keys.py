@@ -7,7 +7,7 @@ import gc
 import pytest
 
 from mlc_integrations import CacheRequest, MLCEngine
-from mlc_integrations._lru import LRU
+from mlc_integrations.runtime.lru import LRU
 from mlc_integrations.keys import Keyer, scope_digest
 from mlc_integrations import TierOptions
 
@@ -79,7 +79,7 @@ def test_a_collection_never_mixes_two_models_of_the_same_size() -> None:
     from chromadb.config import Settings
 
     from mlc_integrations.errors import StorageError
-    from mlc_integrations.storage import ChromaStore
+    from mlc_integrations.store.chroma import ChromaStore
 
     client = chromadb.EphemeralClient(settings=Settings(anonymized_telemetry=False))
     ChromaStore(client=client, collection_prefix="mix").collection("l2_image", dim=4, model="efficientnet-lite0")

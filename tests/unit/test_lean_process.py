@@ -58,7 +58,7 @@ def test_pictures_are_embedded_through_onnx_without_importing_torch(private_mode
 
 
 def test_onnx_image_tower_gives_the_torch_models_vectors() -> None:
-    from mlc_integrations.image_encoders import EFFICIENTNET_LITE, EfficientNetLiteEncoder
+    from mlc_integrations.embed.image_towers import EFFICIENTNET_LITE, EfficientNetLiteEncoder
 
     enc = EfficientNetLiteEncoder(EFFICIENTNET_LITE["efficientnet-lite0"])  # not the shared one: its own memo
     pics = [Image.open(REPO_DATA / "photos" / n).convert("RGB") for n in ("orange.jpg", "squirrel_cls.jpg")]

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import mlc_integrations
-from mlc_integrations.lexicon import (
+from mlc_integrations.verify.text.lexicon import (
     DEFAULT_LEXICON_PATH,
     RELATIONS,
     Lexicon,

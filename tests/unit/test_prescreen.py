@@ -11,7 +11,7 @@ import pytest
 from PIL import Image
 
 from mlc_integrations import CacheRequest
-from evaluation import imageops
+from evaluation.sources import imageops
 from mlc_integrations.images import fingerprint
 from tests.conftest import REPO_DATA
 from mlc_integrations import StorageOptions, TierOptions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from mlc_integrations.models import TextEmbedder, quiet_progress_bars
+from mlc_integrations.embed.models import TextEmbedder, quiet_progress_bars
 
 
 def test_embedding_new_texts_at_info_prints_no_progress_bar(text_embedder: TextEmbedder, capsys, caplog) -> None:

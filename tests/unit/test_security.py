@@ -152,7 +152,7 @@ def test_scanner_allows(snippet: str) -> None:
 
 
 def test_server_helper_never_binds_a_public_interface() -> None:
-    from mlc_integrations.server import LOOPBACK_HOSTS, ChromaServer
+    from mlc_integrations.ops.server import LOOPBACK_HOSTS, ChromaServer
 
     for host in ("0.0.0.0", "::", "192.168.1.10", "example.com"):
         with pytest.raises(ValueError, match="loopback"):

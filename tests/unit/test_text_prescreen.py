@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from mlc_integrations import CacheRequest, static_text
+from mlc_integrations import CacheRequest
+from mlc_integrations.embed import static_text
 from mlc_integrations.tiers import DEFAULT_L1_PRESCREEN
 from mlc_integrations import StorageOptions
 
@@ -136,7 +137,7 @@ def test_static_vectors_are_unit_deterministic_and_close_for_rewordings(engine: 
 
 
 def test_static_table_is_built_once_per_machine_and_reused(engine: Any, monkeypatch: Any) -> None:
-    from mlc_integrations.models import resolve_text_model
+    from mlc_integrations.embed.models import resolve_text_model
 
     path = static_text.build(resolve_text_model(None))  # the engine above built it
     assert path.exists() and path.parent.name == "text-static"

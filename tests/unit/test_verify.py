@@ -118,7 +118,7 @@ def test_shipped_verifier_is_plain_json_with_all_models() -> None:
     assert set(data["models"]) == {"vectors", "full", "lexical", "cosine"}
     assert data["models"]["vectors"]["embedding_head"]["dim"] == 384  # all-MiniLM-L6-v2
     v = Verifier.load()
-    assert v.training["command"].startswith("python -m evaluation.train_verifier")
+    assert v.training["command"].startswith("python -m evaluation.training.train_verifier")
     p, model = v.probability("a", "b", 0.5)
     assert model == "full" and 0.0 <= p <= 1.0
 
@@ -141,7 +141,7 @@ def test_calibration_round_trip_train_save_load_same_decisions(tmp_path: Any) ->
     """train -> export JSON -> save -> load -> the same probabilities and decisions."""
     from sklearn.ensemble import HistGradientBoostingClassifier
 
-    from evaluation.train_verifier import export_gbdt, isotonic, raw_score
+    from evaluation.training.train_verifier import export_gbdt, isotonic, raw_score
 
     rng = np.random.default_rng(0)
     x = rng.random((600, len(SIGNAL_NAMES)))
@@ -269,7 +269,7 @@ def test_pair_features_are_symmetric_and_hold_the_cosine() -> None:
 
 
 def _vectors_verifier(seed: int = 0) -> tuple[Verifier, Any, Any, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    from evaluation.train_verifier import (
+    from evaluation.training.train_verifier import (
         export_gbdt, export_head, fit_head, fit_raw, head_oof, head_score, isotonic, raw_score,
     )
 
@@ -291,7 +291,7 @@ def _vectors_verifier(seed: int = 0) -> tuple[Verifier, Any, Any, np.ndarray, np
 
 def test_vectors_model_round_trip_train_save_load_same_decisions(tmp_path: Any) -> None:
     """head + trees: train -> export JSON -> save -> load -> same head scores, probabilities, decisions."""
-    from evaluation.train_verifier import head_score
+    from evaluation.training.train_verifier import head_score
 
     ver, head, _trees, x, u, v, p_sklearn = _vectors_verifier()
     path = tmp_path / "verifier.json"
@@ -338,7 +338,7 @@ def test_stacked_out_of_fold_learns_from_the_head() -> None:
     where the head carries the signal (the synthetic duplicates differ in 4 dimensions)."""
     from sklearn.metrics import average_precision_score
 
-    from evaluation.train_verifier import stacked_out_of_fold
+    from evaluation.training.train_verifier import stacked_out_of_fold
 
     x, u, v, y = _synthetic_pairs(n=600, seed=3)
     w = np.ones(len(y))

@@ -30,7 +30,7 @@ def test_warmup_reports_what_it_loaded_and_never_raises(make_engine) -> None:
 
 
 def test_warm_start_of_a_cache_without_pictures_loads_no_image_tower(make_engine, tmp_path, monkeypatch) -> None:
-    from mlc_integrations.image_encoders import EfficientNetLiteEncoder
+    from mlc_integrations.embed.image_towers import EfficientNetLiteEncoder
 
     loads: list[str] = []
     monkeypatch.setattr(EfficientNetLiteEncoder, "load", lambda self: loads.append(self.name))

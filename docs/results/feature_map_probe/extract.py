@@ -2,11 +2,11 @@
 import sys, time, random, numpy as np, torch, pickle
 torch.set_num_threads(1)
 from PIL import Image
-from evaluation.image_pairs import load_sources, split_sources, make_pairs, different_pairs
-from evaluation import imageops
-from evaluation.image_change_eval import _jitter, _recolour_shape, EASYVQA_COLOURS
-from evaluation.easyvqa import load_split
-from mlc_integrations.image_encoders import resolve_image_encoder
+from evaluation.training.image_pairs import load_sources, split_sources, make_pairs, different_pairs
+from evaluation.sources import imageops
+from evaluation.studies.image_change_eval import _jitter, _recolour_shape, EASYVQA_COLOURS
+from evaluation.sources.easyvqa import load_split
+from mlc_integrations.embed.image_towers import resolve_image_encoder
 enc = resolve_image_encoder("efficientnet-lite0"); m = enc.load()
 cap = {}
 m.blocks[2].register_forward_hook(lambda mod, i, o: cap.__setitem__(2, o))

@@ -2,8 +2,8 @@ import numpy as np, torch, time
 torch.set_num_threads(1)
 from PIL import Image
 import skimage.data as sd
-from mlc_integrations.image_encoders import resolve_image_encoder
-from evaluation import imageops
+from mlc_integrations.embed.image_towers import resolve_image_encoder
+from evaluation.sources import imageops
 enc = resolve_image_encoder("efficientnet-lite0"); m = enc.load()
 cap = {}
 for i in (1,2,4): m.blocks[i].register_forward_hook(lambda mod, inp, o, i=i: cap.__setitem__(i, o[0].numpy().copy()))
