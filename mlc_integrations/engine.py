@@ -26,7 +26,7 @@ from .keys import Keyer, KeyedRequest, model_label, scope_digest
 from .embed.image_towers import DEFAULT_IMAGE_ENCODER, ImageEncoder
 from .runtime.inflight import InFlight, coalesced_in_thread
 from .embed.models import TextEmbedder
-from .request import CacheRequest, Hit, Lookup
+from .request import CacheRequest, Hit, Lookup, Refusal
 from .runtime.stats import EngineStats, engine_stats
 from .store.chroma import ChromaStore
 from .config import Limits, StorageOptions, TierOptions, VerifierOptions, WriteOptions, resolve_options
@@ -289,13 +289,18 @@ class MLCEngine:
         """:meth:`lookup` with its reasons: the hit, or the best candidate that was refused
         (tier, scores, thresholds, what refused it) and each tier's outcome. A miss makes the
         caller its key's leader until its :meth:`update` (or :meth:`release`): an identical
-        lookup meanwhile waits for that answer (bounded; :mod:`.inflight`)."""
-        return self.inflight.run(self._flight_key(request), self._lookup_explained, request)
+        lookup meanwhile waits for that answer (bounded; :mod:`.runtime.inflight`)."""
+        try:
+            kr: Optional[KeyedRequest] = self.key(request)  # keyed once: the flight key and the lookup
+            bad: Optional[BaseException] = None
+        except Exception as exc:  # bad input: the lookup reports it
+            kr, bad = None, exc
+        return self.inflight.run(kr.entry_id if kr is not None else None, self._lookup_explained, (kr, bad))
 
     def _flight_key(self, request: CacheRequest) -> Optional[str]:
         try:
             return self.key(request).entry_id
-        except Exception:  # bad input: the lookup reports it
+        except Exception:  # bad input: nothing is in flight for it
             return None
 
     def release(self, request: CacheRequest) -> None:
@@ -305,12 +310,16 @@ class MLCEngine:
         if key is not None:
             self.inflight.release(key)
 
-    def _lookup_explained(self, request: CacheRequest) -> Lookup:
+    def _lookup_explained(self, keyed: tuple[Optional[KeyedRequest], Optional[BaseException]]) -> Lookup:
+        kr, bad = keyed
         t0 = time.perf_counter()
         self._stats.incr("lookups")
         trace = Lookup(hit=None)
         try:
-            trace = self._lookup(request)
+            if bad is not None:
+                raise bad
+            assert kr is not None
+            trace = self._lookup(kr)
         except Exception as exc:
             self._stats.incr("misses")
             trace.ms = self._record_latency(t0, None)
@@ -335,26 +344,28 @@ class MLCEngine:
         self._stats.latency(f"lookup_{hit.tier}_hit" if hit else "lookup_miss", ms)
         return ms
 
-    def _lookup(self, request: CacheRequest) -> Lookup:
-        kr = self.key(request).for_lookup()  # refusals and verdicts belong to this lookup only
+    def _lookup(self, kr: KeyedRequest) -> Lookup:
         now = self._clock()
-        trace = Lookup(hit=None, verdicts=kr.scratch.setdefault("verification", {}))
+        trace = Lookup(hit=None)
+        refusals: list[Refusal] = []
         for tier, enabled in (
             (self.exact_tier, self.enable_exact),
             (self.text_tier, self.enable_l1 and kr.embeddable and bool(kr.norm_text)),
             (self.multimodal_tier, self.enable_l2 and self._l2_applicable(kr)),
         ):
             if not enabled:
-                outcome = "skipped"
+                status = "skipped"
             else:
-                trace.hit = tier.lookup(kr, now)
-                refused = any(r.tier == tier.name for r in kr.scratch["refusals"])
-                outcome = "hit" if trace.hit is not None else "refused" if refused else "miss"
-            self._stats.tier(tier.name, outcome)
-            trace.tiers[tier.name] = outcome
+                outcome = tier.lookup(kr, now, trace.verdicts)
+                trace.hit = outcome.hit
+                refusals.extend(outcome.refusals)
+                status = outcome.status
+                if outcome.note:
+                    trace.notes[tier.name] = outcome.note
+            self._stats.tier(tier.name, status)
+            trace.tiers[tier.name] = status
             if trace.hit is not None:
                 return trace
-        refusals = kr.scratch["refusals"]
         trace.refused = max(refusals, key=lambda r: r.scores.get("verifier", 0.0)) if refusals else None
         return trace
 

@@ -16,7 +16,6 @@ the decoded images and the embeddings computed for the lookup.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import functools
 import hashlib
 import json
@@ -126,13 +125,8 @@ class KeyedRequest:
     entry_id: str  # also the L0.5 exact key
     embeddable: bool  # text short enough to embed (longer text is still keyed exactly)
     # Embeddings of this content (pure functions of it: shared by every keying of equal
-    # requests) and the state of one lookup (refusals, verdicts: never shared).
+    # requests). A lookup's own state (refusals, verdicts) is the tiers' outcome, not here.
     features: dict[str, Any] = field(default_factory=dict)
-    scratch: dict[str, Any] = field(default_factory=dict)
-
-    def for_lookup(self) -> "KeyedRequest":
-        """This request with fresh per-lookup state (embeddings still shared)."""
-        return dataclasses.replace(self, scratch={"refusals": []})
 
     def partitions(self) -> dict[str, Any]:
         """Partition keys of the vector tiers: a neighbour counts only inside its partition."""

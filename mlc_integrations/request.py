@@ -107,11 +107,13 @@ class Lookup:
     # The verifier's decision per candidate entry id (verify.Decision: probability, model, detail).
     verdicts: dict[str, Any] = field(default_factory=dict)
     error: str = ""  # why the lookup failed ("ImageDecodeError: images[0]: ..."); "" when it ran
+    # Per tier, what stopped it before any candidate: "best cosine 0.62 < floor 0.80", "pre-screened: ...".
+    notes: dict[str, str] = field(default_factory=dict)
 
     def explain(self) -> str:
         if self.hit is not None:
             return self.hit.explain()
         if self.error:
             return f"miss: the lookup failed: {self.error}"
-        tiers = " ".join(f"{t}:{o}" for t, o in self.tiers.items())
+        tiers = " ".join(f"{t}:{o}" + (f" ({self.notes[t]})" if t in self.notes else "") for t, o in self.tiers.items())
         return f"miss [{tiers}]" + (f"; best {self.refused.explain()}" if self.refused else "")

@@ -57,6 +57,7 @@ ANSWER_META_CHARS = 8192
 # wider one, then a query filtered on the partition inside Chroma: (filtered, k).
 SEARCH_STEPS: tuple[tuple[bool, int], ...] = ((False, 16), (False, 256), (True, 256))
 FETCH_BATCH = 16
+EXPLAIN_ROWS = 3  # rows under the floor read to say how close a miss came
 
 
 def answer_of(payload: Any) -> str:
@@ -432,8 +433,8 @@ class EntryStore:
         res = self.store.call("get all", lambda: self.store.collection("exact").get(include=["metadatas"]))
         return [(eid, meta or {}) for eid, meta in zip(res["ids"], res["metadatas"])]
 
-    def neighbours(self, tier: str, vec: np.ndarray, part: str, threshold: float,
-                   model: str) -> tuple[list[tuple[str, float, dict[str, Any]]], bool]:
+    def neighbours(self, tier: str, vec: np.ndarray, part: str, threshold: float, model: str,
+                   best_below: Optional[list[float]] = None) -> tuple[list[tuple[str, float, dict[str, Any]]], bool]:
         """Rows of partition ``part`` whose similarity to ``vec`` is >= ``threshold``, best first.
 
         Returns (rows, complete). An unfiltered top-k whose k-th similarity is below the
@@ -468,6 +469,11 @@ class EntryStore:
             above = [r for r in rows if r[1] >= threshold]
             metas = self._metadatas(tier, [i for i, _s in above]) if above else {}
             mine = [(i, s, metas[i]) for i, s in above if i in metas and metas[i].get("part") == part]
+            if best_below is not None and not mine and not pending and rows:
+                near = rows[:EXPLAIN_ROWS]
+                near_meta = self._metadatas(tier, [i for i, _s in near])
+                best_below.extend(s for i, s in near if near_meta.get(i, {}).get("part") == part)
+                del best_below[1:]
             return _newest(mine, pending), not saturated
         return _newest(mine, pending), False
 
