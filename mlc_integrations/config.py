@@ -111,7 +111,6 @@ class TierOptions:
     * ``inflight_wait_s``: an identical request arriving while one is being answered waits
       up to this long for its answer instead of calling the model again (0 = never wait;
       inflight.py).
-    * ``n_candidates``: neighbours fetched per vector tier.
     * ``image_verifier``: L2's local comparison of the two pictures (``"default"``: the
       shipped :class:`~mlc_integrations.verify.image_change.ImageChangeVerifier`; None =
       global similarity alone, which reuses answers across edited pictures:
@@ -136,7 +135,6 @@ class TierOptions:
     l1_prescreen: Optional[float] = DEFAULT_L1_PRESCREEN
     l2_prescreen: Optional[float] = DEFAULT_L2_PRESCREEN
     inflight_wait_s: float = DEFAULT_WAIT_S
-    n_candidates: int = 16
     image_verifier: Any = "default"
     image_evidence: str = "auto"
 

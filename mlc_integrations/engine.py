@@ -157,8 +157,6 @@ class MLCEngine:
         self.strict = strict
         self.store_prompts = writes.store_prompts
         self.max_response_bytes = limits.max_response_bytes
-        self.n_candidates = tiers.n_candidates
-        self.options = {"storage": storage, "writes": writes, "limits": limits, "tiers": tiers, "verifier": judge}
         self._clock = clock  # wall-clock seconds; injectable so TTL tests need no sleeping
         self._stats = EngineStats()
         self.keyer = Keyer(max_image_pixels=limits.max_image_pixels, max_image_bytes=limits.max_image_bytes,

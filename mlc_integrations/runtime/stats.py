@@ -90,10 +90,13 @@ class EngineStats:
 
 
 def engine_stats(engine: "MLCEngine", counters: EngineStats, warm_start: bool) -> dict[str, Any]:
-    """:meth:`MLCEngine.stats`: ``counters``, the entry count and the configuration."""
+    """:meth:`MLCEngine.stats`: ``counters``, the entry count and the configuration. It
+    reads and never waits: ``entries`` are the entries written, ``write_behind_depth`` the
+    accepted ones still queued (a metrics endpoint must not wait on storage writes)."""
     snap = counters.snapshot()
+    snap["write_behind_depth"] = len(engine.pending) if engine.pending is not None else 0
     try:
-        snap["entries"] = engine.count()
+        snap["entries"] = engine.entries.count()
     except Exception as exc:
         snap["entries"] = None
         snap["errors"]["stats_count"] = snap["errors"].get("stats_count", 0) + 1

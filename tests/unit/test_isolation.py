@@ -3,7 +3,7 @@
 * Randomized: many tenants (namespaces) x scopes (models) send interleaved, identical
   requests (exact repeats, paraphrases, near-duplicate pictures) against one engine;
   every hit must come from the same tenant and scope, and there must be many hits.
-  More identical neighbours than the engine fetches as candidates (``n_candidates``)
+  More identical neighbours than the engine's first unfiltered page (``SEARCH_STEPS``)
   sit in other tenants, so a filter applied after the search would hide hits: it must not.
 * ``store_prompts=False``: nothing of the raw prompt (nor the context) is written
   anywhere in the persistent Chroma directory, byte for byte.
@@ -56,7 +56,9 @@ def _request(q: dict[str, Any], tenant: int, scope: str, variant: int = -1) -> C
 def test_randomized_tenants_and_scopes_never_cross(make_engine: Any) -> None:
     # The tests' CLIP has random weights: different pictures still score ~0.97-0.99, a changed pixel ~1.0.
     eng: MLCEngine = make_engine(l2_image_threshold=0.995, l2_prompt_threshold=0.9)
-    assert N_TENANTS * len(SCOPES) > eng.n_candidates  # neighbours elsewhere outnumber the candidates fetched
+    from mlc_integrations.store.entries import SEARCH_STEPS
+
+    assert N_TENANTS * len(SCOPES) > SEARCH_STEPS[0][1]  # neighbours elsewhere outnumber the first page fetched
     questions = _questions()
     rng = random.Random(2024)
     stored: set[tuple[int, str, int]] = set()

@@ -173,3 +173,30 @@ def test_concurrent_updates_and_lookups_lose_nothing(make_engine, n_threads: int
         t.join()
     assert not errors, errors[:3]
     assert eng.count() == n_threads * 25 and eng.stats()["updates_failed"] == 0
+
+
+def test_stats_read_and_never_wait_for_the_writer(make_engine) -> None:
+    import threading
+
+    from mlc_integrations import CacheRequest
+
+    eng = make_engine(image_encoder=None)
+    gate, entered = threading.Event(), threading.Event()
+    real = eng.entries.put_many
+
+    def held(batch):  # the writer blocks inside its storage write until the test lets it go
+        entered.set()
+        gate.wait(30)
+        return real(batch)
+
+    eng.pending._write = held  # noqa: SLF001 - the test holds the writer mid-write
+    eng.update(CacheRequest(text="Which planet has the most moons?"), {"text": "Saturn"})
+    assert entered.wait(30)
+    done = threading.Event()
+    result = {}
+    threading.Thread(target=lambda: (result.update(eng.stats()), done.set()), daemon=True).start()
+    assert done.wait(10), "stats() waited for the write-behind queue"
+    gate.set()
+    assert result["write_behind_depth"] >= 0 and result["entries"] == 0
+    eng.flush()
+    assert eng.stats()["entries"] == 1 and eng.stats()["write_behind_depth"] == 0
