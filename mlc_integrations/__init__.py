@@ -19,7 +19,7 @@ from .errors import (
 )
 from .images import ImageRef, image_digest
 from .embed.models import ClipSpec
-from .request import CacheRequest, Hit, Lookup, Refusal
+from .request import CacheControl, CacheRequest, Hit, Lookup, Refusal
 
 __version__ = "0.1.0"
 
@@ -31,6 +31,7 @@ __all__ = [
     "TierOptions",
     "VerifierOptions",
     "CacheRequest",
+    "CacheControl",
     "Hit",
     "Lookup",
     "Refusal",

@@ -11,6 +11,7 @@ verifier (:mod:`.verify`) — see docs/architecture.md.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -26,7 +27,7 @@ from .keys import Keyer, KeyedRequest, model_label, scope_digest
 from .embed.image_towers import DEFAULT_IMAGE_ENCODER, ImageEncoder
 from .runtime.inflight import InFlight, coalesced_in_thread
 from .embed.models import TextEmbedder
-from .request import CacheRequest, Hit, Lookup, Refusal
+from .request import CacheControl, CacheRequest, Hit, Lookup, Refusal, is_empty_payload
 from .runtime.stats import EngineStats, engine_stats
 from .store.chroma import ChromaStore
 from .config import Limits, StorageOptions, TierOptions, VerifierOptions, WriteOptions, resolve_options
@@ -272,22 +273,26 @@ class MLCEngine:
         return bool(kr.images) and all(not im.is_remote for im in kr.images) and kr.embeddable
 
     # ------------------------------------------------------------------ lookup
-    def lookup(self, request: CacheRequest) -> Optional[Hit]:
+    def lookup(self, request: CacheRequest, *, control: Any = None) -> Optional[Hit]:
         """Return a :class:`Hit` with a reusable response, or None.
 
-        Never raises in the default mode: errors become counted misses.
+        Never raises in the default mode: errors become counted misses. ``control``: a
+        :class:`CacheControl` (or its mode name); ``"bypass"`` and ``"refresh"`` do not read.
         """
-        return self.lookup_explained(request).hit
+        return self.lookup_explained(request, control=control).hit
 
-    async def alookup(self, request: CacheRequest) -> Optional[Hit]:
+    async def alookup(self, request: CacheRequest, *, control: Any = None) -> Optional[Hit]:
         """Async :meth:`lookup`; model and storage work runs in a worker thread."""
-        return await coalesced_in_thread(self.lookup, request)
+        return await coalesced_in_thread(functools.partial(self.lookup, control=control), request)
 
-    def lookup_explained(self, request: CacheRequest) -> Lookup:
+    def lookup_explained(self, request: CacheRequest, *, control: Any = None) -> Lookup:
         """:meth:`lookup` with its reasons: the hit, or the best candidate that was refused
         (tier, scores, thresholds, what refused it) and each tier's outcome. A miss makes the
         caller its key's leader until its :meth:`update` (or :meth:`release`): an identical
         lookup meanwhile waits for that answer (bounded; :mod:`.runtime.inflight`)."""
+        if not CacheControl.of(control).reads:  # bypass / refresh: not read, not waited for
+            self._stats.incr("bypassed")
+            return Lookup(hit=None, tiers={t: "bypassed" for t in ("L0.5", "L1", "L2")})
         try:
             kr: Optional[KeyedRequest] = self.key(request)  # keyed once: the flight key and the lookup
             bad: Optional[BaseException] = None
@@ -369,16 +374,25 @@ class MLCEngine:
 
     # ------------------------------------------------------------------ update
     def update(self, request: CacheRequest, payload: Any, *, ttl: Optional[float] = None,
-               answer: Optional[str] = None) -> Optional[str]:
+               answer: Optional[str] = None, control: Any = None) -> Optional[str]:
         """Store ``payload`` (JSON-serializable) as the response to ``request``.
 
         ``answer`` is the response's text as the user reads it (adapters pass it; by
         default :func:`answer_of` the payload): the verifier's error-bounded mode
-        compares answers, never framework payload fields.
-        Returns the entry id, or None when the update failed (fail-open mode).
+        compares answers, never framework payload fields. ``ttl`` (or ``control.ttl``)
+        is this entry's lifetime; ``control`` ``"bypass"``/``"no-store"`` stores nothing.
+        An empty answer (no payload, or only blank text) is never stored.
+        Returns the entry id, or None when nothing was stored (not wanted, empty, or the
+        update failed in fail-open mode).
         Writes the response first and the tier vectors last, so a crash in between
         leaves at worst a response without vectors, never a vector without response.
         """
+        ctl = CacheControl.of(control)
+        if not ctl.writes or is_empty_payload(payload):
+            self._stats.incr("not_stored_empty" if ctl.writes else "not_stored")
+            self.release(request)  # identical calls waiting for this answer call the model themselves
+            return None
+        ttl = ttl if ttl is not None else ctl.ttl
         t0 = time.perf_counter()
         try:
             eid = self._update(request, payload, ttl, answer)
@@ -393,9 +407,9 @@ class MLCEngine:
         return eid
 
     async def aupdate(self, request: CacheRequest, payload: Any, *, ttl: Optional[float] = None,
-                      answer: Optional[str] = None) -> Optional[str]:
+                      answer: Optional[str] = None, control: Any = None) -> Optional[str]:
         """Async :meth:`update`, run in a worker thread."""
-        return await asyncio.to_thread(self.update, request, payload, ttl=ttl, answer=answer)
+        return await asyncio.to_thread(self.update, request, payload, ttl=ttl, answer=answer, control=control)
 
     def _update(self, request: CacheRequest, payload: Any, ttl: Optional[float], answer: Optional[str]) -> str:
         kr = self.key(request)

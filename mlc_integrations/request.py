@@ -14,6 +14,82 @@ DEFAULT_NAMESPACE = "default"
 
 
 @dataclass(frozen=True)
+class CacheControl:
+    """What one call may do with the cache, in the words of HTTP's Cache-Control.
+
+    * ``"default"``: look up, and store the model's answer on a miss;
+    * ``"bypass"``: neither read nor write (the call goes to the model, nothing is kept);
+    * ``"refresh"``: do not read; call the model and store its answer over the old one;
+    * ``"no-store"``: look up, but do not keep this call's answer.
+
+    ``ttl`` (seconds) is this entry's lifetime when it is stored (None: the cache's ``ttl``).
+    Every adapter accepts a ``CacheControl``, a mode name or ``{"mode": ..., "ttl": ...}``
+    (:meth:`of`); errors and empty answers are never stored, whatever the mode.
+    """
+
+    mode: str = "default"
+    ttl: Optional[float] = None
+
+    MODES = ("default", "bypass", "refresh", "no-store")
+
+    def __post_init__(self) -> None:
+        if self.mode not in self.MODES:
+            from .errors import ConfigurationError
+
+            raise ConfigurationError(f"cache control mode {self.mode!r}: use one of {', '.join(self.MODES)}")
+        if self.ttl is not None and not (isinstance(self.ttl, (int, float)) and self.ttl > 0):
+            from .errors import ConfigurationError
+
+            raise ConfigurationError(f"cache control ttl must be a number of seconds > 0, not {self.ttl!r}")
+
+    @classmethod
+    def of(cls, value: Any) -> "CacheControl":
+        """A ``CacheControl`` from what a caller passed: itself, a mode name, a dict or None."""
+        if value is None:
+            return DEFAULT_CONTROL
+        if isinstance(value, CacheControl):
+            return value
+        if isinstance(value, str):
+            return cls(mode=value)
+        if isinstance(value, dict):
+            unknown = set(value) - {"mode", "ttl"}
+            if unknown:
+                from .errors import ConfigurationError
+
+                raise ConfigurationError(f"cache control takes 'mode' and 'ttl', not {sorted(unknown)}")
+            return cls(**value)
+        from .errors import ConfigurationError
+
+        raise ConfigurationError(f"cache control: a CacheControl, a mode name or a dict, not {type(value).__name__}")
+
+    @property
+    def reads(self) -> bool:
+        return self.mode in ("default", "no-store")
+
+    @property
+    def writes(self) -> bool:
+        return self.mode in ("default", "refresh")
+
+
+DEFAULT_CONTROL = CacheControl()
+
+
+def is_empty_payload(payload: Any) -> bool:
+    """True for an answer not worth keeping: nothing, blank text, or an empty container
+    (a ``{"text": ...}`` payload with blank text too). Adapters decide for their
+    framework's reply types (a tool-call reply has no text and is not empty)."""
+    if payload is None:
+        return True
+    if isinstance(payload, str):
+        return not payload.strip()
+    if isinstance(payload, dict) and set(payload) == {"text"}:
+        return not str(payload["text"] or "").strip()
+    if isinstance(payload, (dict, list, tuple)):
+        return len(payload) == 0
+    return False
+
+
+@dataclass(frozen=True)
 class CacheRequest:
     """A multimodal request as the engine sees it: an immutable value.
 

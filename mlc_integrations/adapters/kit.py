@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional, Sequence, TypeVar
 
 from ..errors import InvalidRequestError, MLCError, PayloadError
-from ..request import DEFAULT_NAMESPACE, CacheRequest, Hit, Lookup, Refusal
+from ..request import DEFAULT_NAMESPACE, CacheControl, CacheRequest, Hit, Lookup, Refusal
 
 if TYPE_CHECKING:
     from ..engine import MLCEngine
@@ -244,16 +244,81 @@ class LookupRecord:
                    error)
 
 
-def explained_lookup(engine: "MLCEngine", request: CacheRequest, on_failure: Callable[[Lookup], None]) -> Lookup:
+def explained_lookup(engine: "MLCEngine", request: CacheRequest, on_failure: Callable[[Lookup], None],
+                     control: Optional[CacheControl] = None) -> Lookup:
     """``engine.lookup_explained(request)``; when it raises (strict mode), ``on_failure``
     first records the failed lookup, so ``last_lookup`` describes this call, not the one
     before it."""
     try:
-        return engine.lookup_explained(request)
+        return engine.lookup_explained(request, control=control)
     except MLCError as exc:
         failed = getattr(exc, "lookup", None)
         on_failure(failed if isinstance(failed, Lookup) else Lookup(hit=None, error=f"{type(exc).__name__}: {exc}"))
         raise
+
+
+T_restored = TypeVar("T_restored")
+
+# The call keyword every adapter reads its per-call cache control from (removed before the
+# call is keyed or passed on: it is not a model parameter).
+CONTROL_KWARG = "cache_control"
+
+
+def take_control(kwargs: dict[str, Any], default: Any = None) -> CacheControl:
+    """Pop the call's ``cache_control`` (a :class:`CacheControl`, a mode name or a dict)
+    from ``kwargs``; a bad value is a :class:`~mlc_integrations.ConfigurationError`."""
+    return CacheControl.of(kwargs.pop(CONTROL_KWARG, default))
+
+
+def lookup_and_restore(engine: "MLCEngine", fail_open: "FailOpen", request: CacheRequest,
+                       restore: Callable[[Hit], T_restored], on_failure: Callable[[Lookup], None],
+                       control: Optional[CacheControl] = None) -> tuple[Lookup, Optional[T_restored], str]:
+    """The adapters' one lookup path: look up (``control`` may skip it), rebuild the
+    framework's response from a hit, and delete an entry that cannot be rebuilt (another
+    program's, an older format). Returns (lookup, restored response or None, note)."""
+    found = explained_lookup(engine, request, on_failure, control)
+    if found.hit is None:
+        return found, None, ""
+    try:
+        return found, restore(found.hit), ""
+    except Exception as exc:
+        fail_open.unreadable_entry(engine, found.hit, exc)
+        return found, None, f"entry {found.hit.entry_id[:12]} ({found.hit.tier}) was unreadable and is deleted"
+
+
+def release(engine: "MLCEngine", request: Optional[CacheRequest]) -> None:
+    """The model call for ``request`` failed or will not be stored: identical calls waiting
+    for its answer call the model themselves (runtime/inflight.py)."""
+    if request is not None:
+        engine.release(request)
+
+
+@contextmanager
+def released_on_failure(engine: "MLCEngine", request: Optional[CacheRequest]) -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        release(engine, request)
+        raise
+
+
+class StreamOutcome:
+    """Counts an inner stream that raised or was abandoned (``GeneratorExit``: the caller
+    stopped reading; ``keyed``: only streams the cache would have stored); such a stream
+    is never stored, and identical calls waiting for it go on."""
+
+    def __init__(self, counters: "Counters", keyed: bool, on_failure: Callable[[], None]) -> None:
+        self._counters = counters
+        self._keyed = keyed
+        self._on_failure = on_failure
+
+    def __enter__(self) -> "StreamOutcome":
+        return self
+
+    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], tb: Any) -> None:
+        if exc_type is not None and self._keyed:
+            self._counters.incr("streams_unfinished")
+            self._on_failure()
 
 
 def _short(text: str, n: int = 60) -> str:

@@ -46,8 +46,8 @@ except ImportError:  # pragma: no cover - older langchain-core
     from contextlib import nullcontext as _quiet_beta
 
 from ..runtime.lru import LRU
-from ..adapters.kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
-                           note_lookup)
+from ..adapters.kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, lookup_and_restore,
+                           note_lookup, release)
 from ..adapters.conversation import request_from_turns
 from ..engine import MLCEngine
 from ..errors import InvalidRequestError, PayloadError
@@ -76,6 +76,20 @@ _COUNTERS = ("hits", "misses", "chat_prompts", "text_prompts", "bad_input", "upd
 def answer_text(generations: Sequence[Generation]) -> str:
     """The answer a user reads from these generations (what the verifier compares)."""
     return "\n".join(g.text for g in generations)
+
+
+def is_empty_reply(generations: Sequence[Generation]) -> bool:
+    """No generation, or only blank text with no tool or function call: never stored
+    (a model that answered nothing is asked again next time)."""
+    for g in generations:
+        if g.text.strip():
+            return False
+        msg = getattr(g, "message", None)
+        if msg is not None and (getattr(msg, "tool_calls", None) or getattr(msg, "invalid_tool_calls", None)
+                                or (msg.additional_kwargs or {}).get("function_call")
+                                or (msg.additional_kwargs or {}).get("tool_calls")):
+            return False
+    return True
 
 
 def _load_generations(data: Any) -> Any:
@@ -224,23 +238,13 @@ class MultimodalSemanticCache(BaseCache):
         req, kind = self._request_or_none(prompt, llm_string, "lookup")
         if req is None:
             return LookupRecord.of(None, kind, llm_string, namespace=self.namespace), None
-        found = explained_lookup(self.engine, req, lambda failed: note_lookup(
-            LookupRecord.of(req, kind, llm_string, failed), self._counters, self._tracking, log))
-        gens, note = None, ""
-        if found.hit is not None:
-            gens, note = self._restore(found.hit)
+        found, gens, note = lookup_and_restore(
+            self.engine, self._fail_open, req, lambda hit: generations_from_payload(hit.payload),
+            lambda failed: note_lookup(LookupRecord.of(req, kind, llm_string, failed), self._counters,
+                                       self._tracking, log))
         if gens is None:
             self._pending.put((prompt, llm_string), (req, kind))
         return LookupRecord.of(req, kind, llm_string, found, note=note), gens
-
-    def _restore(self, hit: Hit) -> tuple[Optional[list[Generation]], str]:
-        """The generations stored in ``hit``, or None and why not (an unreadable entry is
-        deleted; strict mode raises :class:`PayloadError`)."""
-        try:
-            return generations_from_payload(hit.payload), ""
-        except Exception as exc:
-            self._fail_open.unreadable_entry(self.engine, hit, exc)
-            return None, f"entry {hit.entry_id[:12]} ({hit.tier}) was unreadable and is deleted"
 
     def _finish(self, record: LookupRecord, gens: Optional[list[Generation]]) -> Optional[list[Generation]]:
         note_lookup(record, self._counters, self._tracking, log)
@@ -258,7 +262,10 @@ class MultimodalSemanticCache(BaseCache):
     def update(self, prompt: str, llm_string: str, return_val: RETURN_VAL_TYPE) -> None:
         """Store the generations LangChain got from the model for this request."""
         gens = list(return_val)
-        if not gens:
+        if is_empty_reply(gens):
+            self._counters.incr("empty_not_stored")
+            req, _kind = self._request_or_none(prompt, llm_string, "update")
+            release(self.engine, req)
             return
         payload = self._fail_open.attempt("generations cannot be stored", generations_payload, gens,
                                           counter="updates_skipped", error=PayloadError, level=logging.INFO,

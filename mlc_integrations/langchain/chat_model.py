@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import aclosing, closing, contextmanager
-from typing import Any, AsyncIterator, Callable, ContextManager, Iterator, Optional, Sequence, Union
+from contextlib import aclosing, closing
+from typing import Any, AsyncIterator, ContextManager, Iterator, Optional, Sequence
 
 from langchain_core.language_models import BaseChatModel, LanguageModelInput
 from langchain_core.load import dumps
@@ -33,13 +33,14 @@ from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResu
 from langchain_core.runnables import Runnable
 from pydantic import Field, PrivateAttr
 
-from ..adapters.kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
-                           note_lookup)
+from ..adapters.kit import (CONTROL_KWARG, Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking,
+                           StreamOutcome, adapter_engine, lookup_and_restore, note_lookup, release,
+                           released_on_failure, take_control)
 from ..engine import MLCEngine
 from ..errors import PayloadError
 from ..runtime.inflight import coalesced_in_thread
-from ..request import CacheRequest, Hit
-from .cache import MultimodalSemanticCache, answer_text, generations_from_payload, generations_payload
+from ..request import DEFAULT_CONTROL, CacheControl, CacheRequest, Hit
+from .cache import MultimodalSemanticCache, answer_text, generations_from_payload, generations_payload, is_empty_reply
 from .replay import as_chunk, cached_generation, finished_generation, inner_callbacks, replay_chunks, swap_model
 
 log = logging.getLogger(__name__)
@@ -51,13 +52,14 @@ _COUNTERS = ("hits", "misses", "bypassed", "streams_finished", "streams_unfinish
 class _Call:
     """One call's key and lookup outcome; ``replay`` holds the cached generations."""
 
-    __slots__ = ("request", "record", "replay")
+    __slots__ = ("request", "record", "replay", "control")
 
     def __init__(self, request: Optional[CacheRequest], record: LookupRecord,
-                 replay: Optional[list[ChatGeneration]]) -> None:
+                 replay: Optional[list[ChatGeneration]], control: CacheControl = DEFAULT_CONTROL) -> None:
         self.request = request
         self.record = record
         self.replay = replay
+        self.control = control
 
 
 class CachedChatModel(BaseChatModel):
@@ -224,11 +226,15 @@ class CachedChatModel(BaseChatModel):
         return rewired
 
     # ------------------------------------------------------------------ keying and lookup
-    def _prepare(self, messages: list[BaseMessage], stop: Optional[list[str]], kwargs: dict[str, Any]) -> _Call:
+    def _prepare(self, messages: list[BaseMessage], stop: Optional[list[str]], kwargs: dict[str, Any],
+                 run_manager: Any = None) -> _Call:
         """Key the call as LangChain keys it for a cache and look it up (the blocking part,
         run in a worker thread by the async paths)."""
         scope = ""
 
+        # Per call: model.invoke(..., cache_control="refresh") or config={"metadata": {"cache_control": ...}};
+        # taken out before keying: it is not a model parameter.
+        control = take_control(kwargs, (getattr(run_manager, "metadata", None) or {}).get(CONTROL_KWARG))
         def keyed() -> tuple[CacheRequest, str]:
             nonlocal scope
             scope = self.model._get_llm_string(stop=stop, **kwargs)  # what LangChain hands a BaseCache
@@ -240,70 +246,71 @@ class CachedChatModel(BaseChatModel):
                                              outcome="the call goes to the model uncached")
         namespace = self._mlc_cache.namespace
         if keyed_call is None:
-            return _Call(None, LookupRecord.of(None, "invalid", scope, namespace=namespace), None)
+            return _Call(None, LookupRecord.of(None, "invalid", scope, namespace=namespace), None, control)
         request, kind = keyed_call
-        found = explained_lookup(self.engine, request, lambda failed: self._finish(
-            _Call(request, LookupRecord.of(request, kind, scope, failed), None)))
-        replay, note = None, ""
-        if found.hit is not None:
-            try:
-                hit = found.hit
-                replay = [cached_generation(g, hit) for g in generations_from_payload(hit.payload)]
-                replay_chunks(replay[0])  # a stored reply that cannot be replayed is unreadable too
-            except Exception as exc:
-                self._fail_open.unreadable_entry(self.engine, found.hit, exc)
-                replay = None
-                note = f"entry {found.hit.entry_id[:12]} ({found.hit.tier}) was unreadable and is deleted"
-        return _Call(request, LookupRecord.of(request, kind, scope, found, note=note), replay)
+
+        def restore(hit: Hit) -> list[ChatGeneration]:
+            replay = [cached_generation(g, hit) for g in generations_from_payload(hit.payload)]
+            replay_chunks(replay[0])  # a stored reply that cannot be replayed is unreadable too
+            return replay
+
+        found, replay, note = lookup_and_restore(
+            self.engine, self._fail_open, request, restore,
+            lambda failed: self._finish(_Call(request, LookupRecord.of(request, kind, scope, failed), None, control)),
+            control)
+        return _Call(request, LookupRecord.of(request, kind, scope, found, note=note), replay, control)
 
     def _finish(self, call: _Call) -> _Call:
         note_lookup(call.record, self._counters, self._tracking, log)
         return call
 
     async def _aprepare(self, messages: list[BaseMessage], stop: Optional[list[str]],
-                        kwargs: dict[str, Any]) -> _Call:
-        return self._finish(await coalesced_in_thread(self._prepare, messages, stop, kwargs))
+                        kwargs: dict[str, Any], run_manager: Any = None) -> _Call:
+        return self._finish(await coalesced_in_thread(self._prepare, messages, stop, kwargs, run_manager))
 
-    def _store(self, request: Optional[CacheRequest], generations: Sequence[ChatGeneration]) -> None:
-        if request is None or not generations:
-            self._release(request)
+    def _store(self, call: _Call, generations: Sequence[ChatGeneration]) -> None:
+        request = call.request
+        if request is None or is_empty_reply(generations):
+            if request is not None:
+                self._counters.incr("empty_not_stored")
+            release(self.engine, request)
             return
         gens = list(generations)
         payload = self._fail_open.attempt("reply cannot be stored", generations_payload, gens,
                                           counter="unstorable_responses", error=PayloadError, level=logging.INFO,
                                           outcome="returned, not cached")
         if payload is not None:
-            self.engine.update(request, payload, answer=answer_text(gens))
+            self.engine.update(request, payload, answer=answer_text(gens), control=call.control)
         else:
-            self.engine.release(request)  # identical calls waiting for this reply call the model themselves
+            release(self.engine, request)  # identical calls waiting for this reply call the model themselves
 
     # ------------------------------------------------------------------ BaseChatModel
     def _generate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                   run_manager: Any = None, **kwargs: Any) -> ChatResult:
-        call = self._finish(self._prepare(messages, stop, kwargs))
+        call = self._finish(self._prepare(messages, stop, kwargs, run_manager))
         if call.replay is not None:
             return ChatResult(generations=call.replay)
-        with self._released_on_failure(call):
+        with released_on_failure(self.engine, call.request):
             result = self.model.generate([messages], stop=stop, callbacks=inner_callbacks(run_manager), **kwargs)
         reply = ChatResult(generations=list(result.generations[0]), llm_output=result.llm_output)
-        self._store(call.request, reply.generations)
+        self._store(call, reply.generations)
         return reply
 
     async def _agenerate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                          run_manager: Any = None, **kwargs: Any) -> ChatResult:
-        call = await self._aprepare(messages, stop, kwargs)
+        call = await self._aprepare(messages, stop, kwargs, run_manager)
         if call.replay is not None:
             return ChatResult(generations=call.replay)
-        with self._released_on_failure(call):
+        with released_on_failure(self.engine, call.request):
             result = await self.model.agenerate([messages], stop=stop, callbacks=inner_callbacks(run_manager),
                                                 **kwargs)
         reply = ChatResult(generations=list(result.generations[0]), llm_output=result.llm_output)
-        await asyncio.to_thread(self._store, call.request, reply.generations)
+        await asyncio.to_thread(self._store, call, reply.generations)
         return reply
 
     def _stream(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                 run_manager: Any = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
-        call = self._finish(self._prepare(messages, stop, kwargs))
+        call = self._finish(self._prepare(messages, stop, kwargs, run_manager))
         if call.replay is not None:
             yield from replay_chunks(call.replay[0])
             return
@@ -318,7 +325,7 @@ class CachedChatModel(BaseChatModel):
 
     async def _astream(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                        run_manager: Any = None, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
-        call = await self._aprepare(messages, stop, kwargs)
+        call = await self._aprepare(messages, stop, kwargs, run_manager)
         if call.replay is not None:
             for chunk in replay_chunks(call.replay[0]):
                 yield chunk
@@ -334,22 +341,8 @@ class CachedChatModel(BaseChatModel):
         await asyncio.to_thread(self._store_stream, call, chunks)
 
     # ------------------------------------------------------------------ stream bookkeeping
-    def _stream_outcome(self, call: _Call) -> "_StreamOutcome":
-        return _StreamOutcome(self._counters, call.request is not None,
-                              lambda: self._release(call.request))
-
-    def _release(self, request: Optional[CacheRequest]) -> None:
-        """The model call for ``request`` failed: identical calls waiting for it go on (inflight.py)."""
-        if request is not None:
-            self.engine.release(request)
-
-    @contextmanager
-    def _released_on_failure(self, call: _Call) -> Iterator[None]:
-        try:
-            yield
-        except BaseException:
-            self._release(call.request)
-            raise
+    def _stream_outcome(self, call: _Call) -> StreamOutcome:
+        return StreamOutcome(self._counters, call.request is not None, lambda: release(self.engine, call.request))
 
     def _store_stream(self, call: _Call, chunks: list[ChatGenerationChunk]) -> None:
         """Store a stream that has finished, as the reply ``invoke`` would have returned."""
@@ -359,25 +352,7 @@ class CachedChatModel(BaseChatModel):
         generation = self._fail_open.attempt("the finished stream cannot be assembled into a reply",
                                              finished_generation, chunks, counter="unstorable_responses",
                                              error=PayloadError, level=logging.INFO, outcome="streamed, not cached")
-        self._store(call.request, [generation] if generation is not None else [])
-
-
-class _StreamOutcome:
-    """Counts an inner stream that raised or was abandoned (``GeneratorExit``: the caller
-    stopped reading); such a stream is never stored."""
-
-    def __init__(self, counters: Counters, keyed: bool, on_failure: Callable[[], None]) -> None:
-        self._counters = counters
-        self._keyed = keyed
-        self._on_failure = on_failure
-
-    def __enter__(self) -> "_StreamOutcome":
-        return self
-
-    def __exit__(self, exc_type: Optional[type], exc: Optional[BaseException], tb: Any) -> None:
-        if exc_type is not None and self._keyed:
-            self._counters.incr("streams_unfinished")
-            self._on_failure()
+        self._store(call, [generation] if generation is not None else [])
 
 
 __all__ = ["CachedChatModel"]

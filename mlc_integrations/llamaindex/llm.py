@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from contextlib import contextmanager
-from typing import Any, AsyncGenerator, AsyncIterator, Callable, ContextManager, Generator, Iterable, Iterator, List
+from typing import Any, AsyncGenerator, AsyncIterator, Callable, ContextManager, Generator, Iterable, List
 from typing import Optional, Sequence, Union
 
 from llama_index.core.base.llms.types import (
@@ -47,17 +46,18 @@ from llama_index.core.llms.callbacks import llm_chat_callback, llm_completion_ca
 from llama_index.core.llms.function_calling import FunctionCallingLLM
 from llama_index.core.llms.llm import LLM, ToolSelection
 
-from ..adapters.kit import (Counters, FailOpen, adapter_engine, LookupRecord, LookupTracker, LookupTracking, explained_lookup,
-                           note_lookup)
+from ..adapters.kit import (Counters, FailOpen, LookupRecord, LookupTracker, LookupTracking, adapter_engine,
+                           lookup_and_restore, note_lookup, release, released_on_failure, take_control)
 from ..adapters.conversation import Part, Turn, request_from_turns
 from ..engine import MLCEngine
 from ..errors import InvalidRequestError, PayloadError
 from ..runtime.inflight import coalesced_in_thread
 from ..images import ImageRef
-from ..request import DEFAULT_NAMESPACE, CacheRequest, Hit
+from ..request import DEFAULT_CONTROL, DEFAULT_NAMESPACE, CacheControl, CacheRequest, Hit
 from .keying import ScopeWatch, image_document_input, images_message, kwargs_json, labelled, legacy_args, llm_scope
 from .keying import llm_settings, message_to_turn, scope_string
-from .payload import Response, answer_text, as_completion, chat_from_payload, completion_from_payload, response_payload
+from .payload import (Response, answer_text, as_completion, chat_from_payload, completion_from_payload, is_empty_response,
+                      response_payload)
 from .streams import StreamRecorder, amap, apass_through, areplayed, pass_through, replayed
 from .streams import replay_chat, replay_completion
 
@@ -254,110 +254,107 @@ class CachedMultiModalLLM(LLM):
         return self._request(turns, "complete", key_kwargs)
 
     # ------------------------------------------------------------------ lookup / store
-    def _look_up(self, request: Optional[CacheRequest], api: str) -> tuple[LookupRecord, Optional[Response]]:
+    def _look_up(self, request: Optional[CacheRequest], api: str,
+                 control: CacheControl = DEFAULT_CONTROL) -> tuple[LookupRecord, Optional[Response]]:
         """The blocking part of a lookup (search, rebuild the response), shared by the
         sync and async endpoints; the outcome is recorded in the caller's context."""
         if request is None:
             return LookupRecord.of(None, "invalid", "", namespace=self.namespace), None
-        found = explained_lookup(self._engine, request, lambda failed: self._finish(
-            LookupRecord.of(request, api, request.scope, failed), None))
-        response, note = None, ""
-        if found.hit is not None:
-            try:
-                response = _FROM_PAYLOAD[api](found.hit.payload)
-            except Exception as exc:
-                self._fail_open.unreadable_entry(self._engine, found.hit, exc)
-                note = f"entry {found.hit.entry_id[:12]} ({found.hit.tier}) was unreadable and is deleted"
+        found, response, note = lookup_and_restore(
+            self._engine, self._fail_open, request, lambda hit: _FROM_PAYLOAD[api](hit.payload),
+            lambda failed: self._finish(LookupRecord.of(request, api, request.scope, failed), None), control)
         return LookupRecord.of(request, api, request.scope, found, note=note), response
 
     def _finish(self, record: LookupRecord, response: Optional[Response]) -> Any:
         note_lookup(record, self._counters, self._tracking, log)
         return response
 
-    def _lookup(self, request: Optional[CacheRequest], api: str) -> Any:
-        return self._finish(*self._look_up(request, api))
+    def _lookup(self, request: Optional[CacheRequest], api: str, control: CacheControl = DEFAULT_CONTROL) -> Any:
+        return self._finish(*self._look_up(request, api, control))
 
-    async def _alookup(self, request: Optional[CacheRequest], api: str) -> Any:
+    async def _alookup(self, request: Optional[CacheRequest], api: str,
+                       control: CacheControl = DEFAULT_CONTROL) -> Any:
         # an identical request in flight is waited for on the event loop (inflight.py)
-        return self._finish(*await coalesced_in_thread(self._look_up, request, api))
+        return self._finish(*await coalesced_in_thread(self._look_up, request, api, control))
 
-    def _store(self, request: Optional[CacheRequest], response: Optional[Response]) -> None:
+    def _store(self, request: Optional[CacheRequest], response: Optional[Response],
+               control: CacheControl = DEFAULT_CONTROL) -> None:
         if request is None:
             return
-        payload = None if response is None else self._fail_open.attempt(
+        if response is None or is_empty_response(response):
+            if response is not None:
+                self._counters.incr("empty_not_stored")
+            release(self._engine, request)
+            return
+        payload = self._fail_open.attempt(
             "response cannot be stored as JSON", response_payload, response, counter="unstorable_responses",
             error=PayloadError, level=logging.INFO, outcome="returned, not cached")
         if payload is not None:
-            self._engine.update(request, payload, answer=answer_text(response))
+            self._engine.update(request, payload, answer=answer_text(response), control=control)
         else:  # identical calls waiting for this answer call the model themselves
-            self._engine.release(request)
+            release(self._engine, request)
 
-    def _release(self, request: Optional[CacheRequest]) -> None:
-        if request is not None:
-            self._engine.release(request)
-
-    @contextmanager
-    def _released_on_failure(self, request: Optional[CacheRequest]) -> Iterator[None]:
-        """The inner call raised: identical calls waiting for its answer go on (inflight.py)."""
-        try:
-            yield
-        except BaseException:
-            self._release(request)
-            raise
-
-    def _pass_through(self, request: Optional[CacheRequest], inner: Iterable[Any]) -> Generator[Any, None, None]:
+    def _pass_through(self, request: Optional[CacheRequest], inner: Iterable[Any],
+                      control: CacheControl = DEFAULT_CONTROL) -> Generator[Any, None, None]:
         """The inner stream unchanged; its response is stored once it has finished."""
-        return pass_through(inner, StreamRecorder(self._counters, request is not None, lambda: self._release(request)),
-                            lambda response: self._store(request, response))
+        return pass_through(inner, StreamRecorder(self._counters, request is not None,
+                                                  lambda: release(self._engine, request)),
+                            lambda response: self._store(request, response, control))
 
-    def _apass_through(self, request: Optional[CacheRequest], inner: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
-        return apass_through(inner, StreamRecorder(self._counters, request is not None, lambda: self._release(request)),
-                             lambda response: asyncio.to_thread(self._store, request, response))
+    def _apass_through(self, request: Optional[CacheRequest], inner: AsyncIterator[Any],
+                       control: CacheControl = DEFAULT_CONTROL) -> AsyncGenerator[Any, None]:
+        return apass_through(inner, StreamRecorder(self._counters, request is not None,
+                                                   lambda: release(self._engine, request)),
+                             lambda response: asyncio.to_thread(self._store, request, response, control))
 
     # ------------------------------------------------------------------ chat
     @llm_chat_callback()
     def chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         messages = list(messages)
+        control = take_control(kwargs)  # llm.chat(..., cache_control="refresh"): not a model parameter
         request = self._chat_request(messages, kwargs)
-        cached = self._lookup(request, "chat")
+        cached = self._lookup(request, "chat", control)
         if cached is not None:
             return cached
-        with self._released_on_failure(request):
+        with released_on_failure(self._engine, request):
             response = self.llm.chat(messages, **kwargs)
-        self._store(request, response)
+        self._store(request, response, control)
         return response
 
     @llm_chat_callback()
     async def achat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponse:
         messages = list(messages)
+        control = take_control(kwargs)  # llm.chat(..., cache_control="refresh"): not a model parameter
         request = self._chat_request(messages, kwargs)
-        cached = await self._alookup(request, "chat")
+        cached = await self._alookup(request, "chat", control)
         if cached is not None:
             return cached
-        with self._released_on_failure(request):
+        with released_on_failure(self._engine, request):
             response = await self.llm.achat(messages, **kwargs)
-        await asyncio.to_thread(self._store, request, response)
+        await asyncio.to_thread(self._store, request, response, control)
         return response
 
     @llm_chat_callback()
     def stream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseGen:
         messages = list(messages)
+        control = take_control(kwargs)  # llm.chat(..., cache_control="refresh"): not a model parameter
         request = self._chat_request(messages, kwargs)
-        cached = self._lookup(request, "chat")
+        cached = self._lookup(request, "chat", control)
         if cached is not None:
             return replayed(replay_chat(cached))
-        with self._released_on_failure(request):
-            return self._pass_through(request, self.llm.stream_chat(messages, **kwargs))
+        with released_on_failure(self._engine, request):
+            return self._pass_through(request, self.llm.stream_chat(messages, **kwargs), control)
 
     @llm_chat_callback()
     async def astream_chat(self, messages: Sequence[ChatMessage], **kwargs: Any) -> ChatResponseAsyncGen:
         messages = list(messages)
+        control = take_control(kwargs)  # llm.chat(..., cache_control="refresh"): not a model parameter
         request = self._chat_request(messages, kwargs)
-        cached = await self._alookup(request, "chat")
+        cached = await self._alookup(request, "chat", control)
         if cached is not None:
             return areplayed(replay_chat(cached))
-        with self._released_on_failure(request):
-            return self._apass_through(request, await self.llm.astream_chat(messages, **kwargs))
+        with released_on_failure(self._engine, request):
+            return self._apass_through(request, await self.llm.astream_chat(messages, **kwargs), control)
 
     # ------------------------------------------------------------------ complete
     @llm_completion_callback()
@@ -366,64 +363,68 @@ class CachedMultiModalLLM(LLM):
         """Completion; ``image_documents`` (legacy ``ImageDocument``/``ImageNode``) are
         sent to the inner LLM as ``ImageBlock`` s in one user message."""
         formatted, docs = legacy_args(formatted, image_documents)
+        control = take_control(kwargs)
         request = self._complete_request(prompt, formatted, docs, kwargs)
-        cached = self._lookup(request, "complete")
+        cached = self._lookup(request, "complete", control)
         if cached is not None:
             return cached
-        with self._released_on_failure(request):
+        with released_on_failure(self._engine, request):
             if docs:
                 response = as_completion(self.llm.chat(images_message(prompt, docs), **kwargs))
             else:
                 response = self.llm.complete(prompt, formatted=formatted, **kwargs)
-        self._store(request, response)
+        self._store(request, response, control)
         return response
 
     @llm_completion_callback()
     async def acomplete(self, prompt: str, formatted: bool = False, image_documents: Optional[Sequence[Any]] = None,
                         **kwargs: Any) -> CompletionResponse:
         formatted, docs = legacy_args(formatted, image_documents)
+        control = take_control(kwargs)
         request = self._complete_request(prompt, formatted, docs, kwargs)
-        cached = await self._alookup(request, "complete")
+        cached = await self._alookup(request, "complete", control)
         if cached is not None:
             return cached
-        with self._released_on_failure(request):
+        with released_on_failure(self._engine, request):
             if docs:
                 response = as_completion(await self.llm.achat(images_message(prompt, docs), **kwargs))
             else:
                 response = await self.llm.acomplete(prompt, formatted=formatted, **kwargs)
-        await asyncio.to_thread(self._store, request, response)
+        await asyncio.to_thread(self._store, request, response, control)
         return response
 
     @llm_completion_callback()
     def stream_complete(self, prompt: str, formatted: bool = False,
                         image_documents: Optional[Sequence[Any]] = None, **kwargs: Any) -> CompletionResponseGen:
         formatted, docs = legacy_args(formatted, image_documents)
+        control = take_control(kwargs)
         request = self._complete_request(prompt, formatted, docs, kwargs)
-        cached = self._lookup(request, "complete")
+        cached = self._lookup(request, "complete", control)
         if cached is not None:
             return replayed(replay_completion(cached))
-        with self._released_on_failure(request):
+        with released_on_failure(self._engine, request):
             if docs:
                 inner: Any = map(as_completion, self.llm.stream_chat(images_message(prompt, docs), **kwargs))
             else:
                 inner = self.llm.stream_complete(prompt, formatted=formatted, **kwargs)
-        return self._pass_through(request, inner)
+        return self._pass_through(request, inner, control)
 
     @llm_completion_callback()
     async def astream_complete(self, prompt: str, formatted: bool = False,
                                image_documents: Optional[Sequence[Any]] = None,
                                **kwargs: Any) -> CompletionResponseAsyncGen:
         formatted, docs = legacy_args(formatted, image_documents)
+        control = take_control(kwargs)
         request = self._complete_request(prompt, formatted, docs, kwargs)
-        cached = await self._alookup(request, "complete")
+        cached = await self._alookup(request, "complete", control)
         if cached is not None:
             return areplayed(replay_completion(cached))
-        with self._released_on_failure(request):
+        with released_on_failure(self._engine, request):
             if docs:
                 inner: Any = amap(as_completion, await self.llm.astream_chat(images_message(prompt, docs), **kwargs))
             else:
                 inner = await self.llm.astream_complete(prompt, formatted=formatted, **kwargs)
-        return self._apass_through(request, inner)
+        return self._apass_through(request, inner, control)
 
 
 class CachedFunctionCallingLLM(CachedMultiModalLLM, FunctionCallingLLM):

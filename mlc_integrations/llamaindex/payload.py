@@ -113,6 +113,19 @@ def answer_text(response: Response) -> str:
     return response.message.content or ""
 
 
+def is_empty_response(response: Response) -> bool:
+    """Blank text and no tool calls (in ``additional_kwargs`` or the message's blocks):
+    never stored (a model that answered nothing is asked again next time)."""
+    if answer_text(response).strip():
+        return False
+    kwargs = dict(response.additional_kwargs or {})
+    if isinstance(response, ChatResponse):
+        kwargs.update(response.message.additional_kwargs or {})
+        if any(type(b).__name__ != "TextBlock" for b in (response.message.blocks or [])):
+            return False
+    return not (kwargs.get("tool_calls") or kwargs.get("function_call"))
+
+
 def response_payload(response: Response) -> dict[str, Any]:
     if isinstance(response, CompletionResponse):
         return {"kind": "completion", "v": PAYLOAD_VERSION, "text": response.text,

@@ -58,6 +58,9 @@ class EngineStats:
             "hit_rate": hits / lookups if lookups else 0.0,
             "updates": counts.get("updates", 0),
             "updates_failed": counts.get("updates_failed", 0),
+            "bypassed": counts.get("bypassed", 0),  # lookups a call's cache control skipped (bypass, refresh)
+            "not_stored": counts.get("not_stored", 0),  # answers a call's cache control kept out (bypass, no-store)
+            "not_stored_empty": counts.get("not_stored_empty", 0),  # empty answers: never stored
             "evictions": counts.get("evictions", 0),
             "expired": counts.get("expired", 0),
             "orphans_removed": counts.get("orphans_removed", 0),
