@@ -46,12 +46,12 @@ from typing import Any, Optional, Sequence
 
 import _common
 import numpy as np
-from _common import Picture, langchain_chat_model, picture, picture_by_id, tier_of, true_answer
+from _common import Picture, langchain_chat_model, picture, picture_by_id, png_bytes, tier_of, true_answer
 from langchain_core.messages import HumanMessage
 from PIL import Image
 
 from mlc_integrations import MultimodalSemanticCache
-from evaluation.sources.imageops import brightness, noise, png_bytes, shift
+from PIL import ImageChops, ImageEnhance
 from mlc_integrations.images import pixel_digest
 from mlc_integrations.verify import normalize_answer
 
@@ -70,6 +70,27 @@ class Frame:
     truth: str
 
 
+def drift(im: Image.Image, dx: int, dy: int) -> Image.Image:
+    """The camera moved by (dx, dy) pixels; the border it uncovered repeats the edge."""
+    moved = ImageChops.offset(im, dx, dy)
+    a, src = np.asarray(moved).copy(), np.asarray(im)
+    if dx > 0:
+        a[:, :dx] = src[:, :1]
+    elif dx < 0:
+        a[:, dx:] = src[:, -1:]
+    if dy > 0:
+        a[:dy] = a[dy:dy + 1]
+    elif dy < 0:
+        a[dy:] = a[dy - 1:dy]
+    return Image.fromarray(a)
+
+
+def sensor_noise(im: Image.Image, sigma: float, rng: np.random.Generator) -> Image.Image:
+    """Gaussian sensor noise of ``sigma`` grey levels."""
+    a = np.asarray(im, dtype=np.float32) + rng.normal(0.0, sigma, (im.size[1], im.size[0], 3))
+    return Image.fromarray(np.clip(a + 0.5, 0, 255).astype(np.uint8))
+
+
 def camera_frames(frames_per_scene: int, seed: int = 0, pictures: Optional[Sequence[Picture]] = None) -> list[Frame]:
     """Frames of each scene drifting slowly: pan up to a few pixels, light +-8 %, noise.
     One scene per picture (default: :data:`SCENES`)."""
@@ -80,9 +101,9 @@ def camera_frames(frames_per_scene: int, seed: int = 0, pictures: Optional[Seque
         truth = true_answer(QUESTION, pic.color, pic.shape)
         for k in range(frames_per_scene):
             t = k / max(1, frames_per_scene - 1)
-            im = shift(pic.image, round(3 * math.sin(math.pi * t)), round(2 * t))
-            im = brightness(im, 1.0 + 0.08 * math.sin(2 * math.pi * t))
-            im = noise(im, 3.0, rng)
+            im = drift(pic.image, round(3 * math.sin(math.pi * t)), round(2 * t))
+            im = ImageEnhance.Brightness(im).enhance(1.0 + 0.08 * math.sin(2 * math.pi * t))
+            im = sensor_noise(im, 3.0, rng)
             frames.append(Frame(len(frames), s, im, truth))
     return frames
 

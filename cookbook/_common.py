@@ -21,6 +21,8 @@ script's own folder is first on ``sys.path`` when you run ``python cookbook/NN_x
 
 from __future__ import annotations
 
+import io
+
 import base64
 import os
 import re
@@ -30,8 +32,17 @@ from typing import Any, Callable, Optional
 
 from PIL import Image
 
-from evaluation.sources.easyvqa import COLORS, SHAPES
-from evaluation.sources.imageops import png_bytes
+# The examples depend on the library only (and easy-vqa's pictures, the `cookbook` extra):
+# copy one into your project and it runs.
+COLORS = ("red", "green", "blue", "black", "gray", "teal", "brown", "yellow")  # easy-vqa's vocabulary
+SHAPES = ("circle", "rectangle", "triangle")
+
+
+def png_bytes(im: Image.Image) -> bytes:
+    """The picture as a PNG file (same pixels whatever the encoder's settings)."""
+    out = io.BytesIO()
+    im.save(out, format="PNG")
+    return out.getvalue()
 from mlc_integrations.embed.models import NAMED_CLIP_MODELS
 
 PROVIDER_ENV = "MLC_COOKBOOK_PROVIDER"
