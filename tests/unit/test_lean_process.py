@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from tests.conftest import REPO_DATA
@@ -46,14 +47,22 @@ def run(kind: str, cache_root: Path) -> dict[str, Any]:
     return json.loads(res.stdout.strip().splitlines()[-1])
 
 
-def test_text_only_traffic_imports_no_torch_and_loads_no_image_tower(private_model_cache: Path) -> None:
-    run("text", private_model_cache)  # a machine's first process may export the text model (torch, once)
-    out = run("text", private_model_cache)
+@pytest.fixture(scope="module")
+def exported(private_model_cache: Path) -> Path:
+    """A model cache where a machine's first process already ran: the one-time exports
+    (text and image towers to ONNX; they import torch, once) are done, whatever other
+    tests ran before, so the processes under test are the ones every later start is."""
+    run("pictures", private_model_cache)
+    return private_model_cache
+
+
+def test_text_only_traffic_imports_no_torch_and_loads_no_image_tower(exported: Path) -> None:
+    out = run("text", exported)
     assert out["text_only"] == {"torch": False, "tower_loaded": False}
 
 
-def test_pictures_are_embedded_through_onnx_without_importing_torch(private_model_cache: Path) -> None:
-    out = run("pictures", private_model_cache)
+def test_pictures_are_embedded_through_onnx_without_importing_torch(exported: Path) -> None:
+    out = run("pictures", exported)
     assert out["pictures"] == {"torch": False, "tower": "OnnxImageSession", "hit": "L0.5"}
 
 
