@@ -104,6 +104,18 @@ def _is_auth_failure(exc: BaseException) -> bool:
     return False
 
 
+def _describe(exc: BaseException) -> str:
+    """An exception as ``Type: message`` (chromadb's errors keep their text in ``message()``)."""
+    text = str(exc)
+    message = getattr(exc, "message", None)
+    if not text and callable(message):
+        try:
+            text = str(message())
+        except Exception:  # a message() that needs arguments: the type alone says enough
+            text = ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def _settings() -> Any:
     from chromadb.config import Settings
 
@@ -353,10 +365,10 @@ class ChromaStore:
         """A failure to create the client, as the error that names its cause."""
         if _is_auth_failure(exc):
             self.auth_failures += 1
+            default = "the key's" if self.cloud else "the default"
             return StorageAuthenticationError(
-                f"{self.where} refused the credentials (authentication failed; sent {self._credentials()}, "
-                f"tenant {self.tenant or 'default_tenant'!r}, database {self.database or 'default_database'!r}): "
-                f"{type(exc).__name__}: {exc}")
+                f"{self.where} refused the credentials (authentication failed; sent {self._credentials()}; "
+                f"tenant {self.tenant or default}, database {self.database or default}): {_describe(exc)}")
         if isinstance(exc, StorageError):
             return exc
         return StorageError(f"cannot open Chroma ({self.mode}, {self.where}): {type(exc).__name__}: {exc}")
@@ -499,6 +511,8 @@ class ChromaStore:
                     meta[schema.COLLECTION_MODEL] = model[-200:]
                 try:
                     col = self.client.get_or_create_collection(self.name(tier), embedding_function=None, metadata=meta)
+                except StorageError:
+                    raise
                 except Exception as exc:
                     raise StorageError(f"cannot open collection {self.name(tier)!r}: {exc}") from exc
                 stored_dim = (col.metadata or {}).get(schema.COLLECTION_DIM)
@@ -577,6 +591,7 @@ class ChromaStore:
                 self.timeouts += _is_timeout(exc)
                 err = self._open_error(exc) if _is_auth_failure(exc) else StorageError(
                     f"Chroma {what} failed: {type(exc).__name__}: {exc}")
+                err.__cause__ = exc  # what _note_failure classifies
                 self._note_failure(err)
                 raise err from exc
         if self._down_until:
