@@ -365,10 +365,11 @@ class ChromaStore:
         """A failure to create the client, as the error that names its cause."""
         if _is_auth_failure(exc):
             self.auth_failures += 1
-            default = "the key's" if self.cloud else "the default"
+            tenant = self.tenant or ("the key's" if self.cloud else "default_tenant")
+            database = self.database or ("the key's" if self.cloud else "default_database")
             return StorageAuthenticationError(
                 f"{self.where} refused the credentials (authentication failed; sent {self._credentials()}; "
-                f"tenant {self.tenant or default}, database {self.database or default}): {_describe(exc)}")
+                f"tenant {tenant}, database {database}): {_describe(exc)}")
         if isinstance(exc, StorageError):
             return exc
         return StorageError(f"cannot open Chroma ({self.mode}, {self.where}): {type(exc).__name__}: {exc}")
