@@ -19,12 +19,12 @@ through).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Optional
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional, Union
 
 from .store.eviction import DEFAULT_EVICTION_POLICY
 from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
-from .store.chroma import DEFAULT_SEARCH_EF
+from .store.chroma import DEFAULT_RETRY_INTERVAL, DEFAULT_SEARCH_EF, DEFAULT_TIMEOUT
 from .runtime.inflight import DEFAULT_WAIT_S
 from .tiers import DEFAULT_L1_PRESCREEN, DEFAULT_L2_PRESCREEN
 from .verify import DEFAULT_EXPLORE_RATE, DEFAULT_MIN_PRECISION
@@ -34,29 +34,71 @@ from .store.writebehind import DEFAULT_MAX_PENDING
 @dataclass(frozen=True)
 class StorageOptions:
     """How Chroma keeps the entries (where they live is ``persist_directory`` /
-    ``chroma_host``/``chroma_port`` on the engine).
+    ``chroma_host``/``chroma_port`` on the engine, or Chroma Cloud with ``cloud_api_key``).
 
     * ``collection_prefix``: collection names ``{prefix}_exact``, ``{prefix}_l1``, ...;
       several caches can share one Chroma.
-    * ``timeout``: seconds bound on each request to a Chroma server.
+    * ``timeout``: seconds bound on each request to a Chroma server or Chroma Cloud
+      (chromadb's own client has none).
+    * ``retry_interval``: after a server could not be reached, or refused the
+      credentials, calls fail fast (as counted misses) for this many seconds, then retry.
     * ``hnsw_search_ef``: HNSW query beam (recall vs speed), set when a collection is created.
     * ``check_index``: when opening checks that every stored vector can be found and repairs
       what cannot: ``"always"`` (default for persistent and server stores), ``"after_crash"``,
-      ``"never"``.
-    * ``client``: your own Chroma client (then ``persist_directory``/``chroma_host`` are unused).
+      ``"never"``. ``check_every_writes``: N > 0 re-checks a vector collection after every N
+      writes to it (docs/operations.md, "Crash consistency").
+    * A secured server: ``ssl`` (HTTPS; None: off for a server, on for Chroma Cloud),
+      ``ssl_verify`` (a CA bundle path for a private CA, or False to skip verification),
+      ``token`` (sent as Chroma's token authentication reads it, in ``token_header``:
+      ``"X-Chroma-Token"`` or ``"Authorization"`` as ``Bearer <token>``), ``headers``
+      (any other request headers), ``tenant`` and ``database`` (Chroma's defaults when None;
+      they must exist on the server).
+    * ``cloud_api_key``: Chroma Cloud (``chromadb.CloudClient``); ``tenant``/``database``
+      default to the ones the key grants. ``chroma_host`` on the engine then names another
+      Cloud-compatible endpoint (api.trychroma.com otherwise).
+    * ``client``: your own Chroma client (then ``persist_directory``/``chroma_host`` are
+      unused); an HTTP client still gets ``timeout`` and the fail-fast policy.
     * ``eviction_policy``: which entries ``max_entries`` evicts first, ``"lru"`` or ``"fifo"``.
 
-    Example: two caches in one Chroma server, a slow network::
+    Secrets (``token``, ``cloud_api_key``, ``headers``) are left out of the repr.
 
-        MLCEngine(chroma_host="10.0.0.5", storage=StorageOptions(collection_prefix="shop", timeout=15.0))
+    Example: a token-protected server over TLS, its own tenant and database::
+
+        MLCEngine(chroma_host="chroma.internal", chroma_port=443,
+                  storage=StorageOptions(ssl=True, token=os.environ["CHROMA_TOKEN"],
+                                         tenant="shop", database="cache", timeout=15.0))
     """
 
     collection_prefix: str = "mlc"
-    timeout: Optional[float] = 5.0
+    timeout: Optional[float] = DEFAULT_TIMEOUT
+    retry_interval: float = DEFAULT_RETRY_INTERVAL
     hnsw_search_ef: int = DEFAULT_SEARCH_EF
     check_index: Optional[str] = None
+    check_every_writes: int = 0
+    ssl: Optional[bool] = None
+    ssl_verify: Union[bool, str, None] = None
+    token: Optional[str] = field(default=None, repr=False)
+    token_header: str = "X-Chroma-Token"
+    headers: Optional[Mapping[str, str]] = field(default=None, repr=False)
+    tenant: Optional[str] = None
+    database: Optional[str] = None
+    cloud_api_key: Optional[str] = field(default=None, repr=False)
     client: Any = None
     eviction_policy: str = DEFAULT_EVICTION_POLICY
+
+    def store_arguments(self) -> dict[str, Any]:
+        """These options as :class:`~mlc_integrations.store.chroma.ChromaStore` keywords,
+        with the version of each versioned tier's vectors (the static text table's recipe
+        names the L1 pre-screen's collection: the store itself imports no embedding module)."""
+        from .embed.static_text import RECIPE as STATIC_RECIPE
+
+        return dict(collection_prefix=self.collection_prefix, client=self.client, timeout=self.timeout,
+                    retry_interval=self.retry_interval, hnsw_search_ef=self.hnsw_search_ef,
+                    check_index=self.check_index, check_every_writes=self.check_every_writes,
+                    chroma_ssl=self.ssl, ssl_verify=self.ssl_verify, chroma_headers=self.headers,
+                    token=self.token, token_header=self.token_header, tenant=self.tenant,
+                    database=self.database, cloud_api_key=self.cloud_api_key,
+                    versions={"l1_static": STATIC_RECIPE})
 
 
 @dataclass(frozen=True)

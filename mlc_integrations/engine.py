@@ -146,11 +146,8 @@ class MLCEngine:
         if ttl is not None and ttl <= 0:
             raise ValueError("ttl must be positive seconds or None")
 
-        self.store = ChromaStore(
-            persist_directory=persist_directory, chroma_host=chroma_host, chroma_port=chroma_port,
-            collection_prefix=storage.collection_prefix, client=storage.client, timeout=storage.timeout,
-            hnsw_search_ef=storage.hnsw_search_ef, check_index=storage.check_index,
-        )
+        self.store = ChromaStore(persist_directory=persist_directory, chroma_host=chroma_host, chroma_port=chroma_port,
+                                 **storage.store_arguments())
         self._dir_lock = DirectoryLock.acquire(persist_directory) if self.store.mode == "persistent" else None
         self.enable_exact = tiers.exact
         self.enable_l1 = tiers.l1

@@ -3,7 +3,9 @@
 
 It opens an embedded Chroma directory without loading any model, through the public
 methods of :class:`~mlc_integrations.store.chroma.ChromaStore` and
-:class:`~mlc_integrations.store.entries.EntryStore` (the schema stays owned by ``entries.py``).
+:class:`~mlc_integrations.store.entries.EntryStore`, and finds the caches a directory holds
+from the entry schema (:mod:`~mlc_integrations.store.schema`): collection names and their
+tier metadata, the version of a versioned tier read from its name (no embedding module).
 It never creates a directory: a path that does not exist, or holds no Chroma database,
 is a :class:`CacheDirectoryError`, so a mistyped ``--dir`` cannot become an empty cache.
 It takes the directory's lock (:mod:`.dirlock`) like an engine does, so it never reads a
@@ -30,10 +32,12 @@ from ..store.entries import NO_EXPIRY, EntryStore
 from ..keys import scope_digest
 from ..request import DEFAULT_NAMESPACE
 from ..runtime.stats import EngineStats
-from ..store.chroma import TIER_COLLECTIONS, ChromaStore
+from ..store import schema
+from ..store.chroma import ChromaStore
+from ..store.schema import CREATED_AT, EXPIRES_AT, MODEL, N_IMAGES, NS, NS_LABEL, SCOPE
 
 CHROMA_DB_FILE = "chroma.sqlite3"
-TIERS = tuple(TIER_COLLECTIONS)  # exact, l1, then L2's collections
+TIERS = tuple(t.name for t in schema.TIERS)  # the response tier, then the vector tiers
 
 
 class CacheDirectoryError(ValueError):
@@ -81,16 +85,16 @@ class ScopeSummary:
 
     def add(self, meta: dict[str, Any], now: float) -> None:
         self.entries += 1
-        if float(meta.get("expires_at", NO_EXPIRY)) <= now:
+        if float(meta.get(EXPIRES_AT, NO_EXPIRY)) <= now:
             self.expired += 1
-        if int(meta.get("n_images", 0) or 0) > 0:
+        if int(meta.get(N_IMAGES, 0) or 0) > 0:
             self.with_images += 1
-        created = meta.get("created_at")
+        created = meta.get(CREATED_AT)
         if isinstance(created, (int, float)):
             self.oldest = created if self.oldest is None else min(self.oldest, created)
             self.newest = created if self.newest is None else max(self.newest, created)
-        self.model = self.model or _label(meta, "model")
-        self.ns_label = self.ns_label or _label(meta, "ns_label") or KNOWN_NAMESPACES.get(self.ns)
+        self.model = self.model or _label(meta, MODEL)
+        self.ns_label = self.ns_label or _label(meta, NS_LABEL) or KNOWN_NAMESPACES.get(self.ns)
 
 
 # The one namespace string every adapter and CacheRequest use unless told otherwise: its
@@ -108,7 +112,7 @@ class PrefixSummary:
     """One cache (one collection prefix) in a directory."""
 
     prefix: str
-    tiers: dict[str, int]  # rows per tier collection (entries.IMAGE_ROW_TIERS: one row per image)
+    tiers: dict[str, int]  # rows per tier collection (schema.IMAGE_ROW_TIERS: one row per image)
     scopes: list[ScopeSummary] = field(default_factory=list)
 
     @property
@@ -160,6 +164,7 @@ class CacheDirectory:
                     f"(pid {served['pid']}): read it through the server with "
                     f"--host {served['host']} --port {served['port']} instead of --dir") from exc
         self._stores: dict[str, tuple[ChromaStore, EntryStore]] = {}
+        self.versions: dict[str, dict[str, str]] = {}  # prefix -> versioned tier -> version found
         try:
             # Only to list collections. "never": a read-only view leaves no open marker and checks nothing.
             self._lister = self._store("mlc")
@@ -173,10 +178,12 @@ class CacheDirectory:
         return f"the server at {self.host}:{self.port}" if self.host else str(self.path)
 
     def _store(self, prefix: str) -> ChromaStore:
+        versions = self.versions.get(prefix, {})
         if self.host:
             return ChromaStore(chroma_host=self.host, chroma_port=self.port, collection_prefix=prefix,
-                               check_index="never")
-        return ChromaStore(persist_directory=str(self.path), collection_prefix=prefix, check_index="never")
+                               check_index="never", versions=versions)
+        return ChromaStore(persist_directory=str(self.path), collection_prefix=prefix, check_index="never",
+                           versions=versions)
 
     def __enter__(self) -> "CacheDirectory":
         return self
@@ -196,10 +203,17 @@ class CacheDirectory:
         """Collection prefix -> the tiers it has, from collection names and their ``mlc_tier`` metadata."""
         found: dict[str, set[str]] = {}
         for col in self._lister.call("list collections", lambda: self._lister.client.list_collections()):
-            tier = (col.metadata or {}).get("mlc_tier")
-            suffix = f"_{TIER_COLLECTIONS.get(tier, '')}"
-            if tier in TIER_COLLECTIONS and col.name.endswith(suffix):
-                found.setdefault(col.name[: -len(suffix)], set()).add(tier)
+            tier = (col.metadata or {}).get(schema.COLLECTION_TIER)
+            parsed = schema.parse_collection(col.name, tier) if isinstance(tier, str) else None
+            if parsed is None:
+                continue
+            prefix, version = parsed
+            if version:
+                # Several versions of a tier under one prefix: the newest collection name is
+                # shown (versions sort as the library bumps them: s1 < s2 ...).
+                known = self.versions.setdefault(prefix, {})
+                known[tier] = max(known.get(tier, version), version)
+            found.setdefault(prefix, set()).add(tier)
         if not found:
             raise CacheDirectoryError(f"{self.where} holds a Chroma database but no cache collections")
         return found
@@ -230,9 +244,9 @@ class CacheDirectory:
         for t in self.prefixes[prefix]:
             tiers[t] = int(store.call(f"count {t}", lambda t=t: store.collection(t).count()))
         pairs: dict[tuple[str, str], ScopeSummary] = {}
-        if "exact" in self.prefixes[prefix]:
+        if schema.RESPONSE_TIER in self.prefixes[prefix]:
             for _eid, meta in entries.all_metadata():
-                key = (str(meta.get("scope", "?")), str(meta.get("ns", "?")))
+                key = (str(meta.get(SCOPE, "?")), str(meta.get(NS, "?")))
                 pairs.setdefault(key, ScopeSummary(*key)).add(meta, now)
         scopes = sorted(pairs.values(), key=lambda s: (-s.entries, s.scope, s.ns))
         return PrefixSummary(prefix, tiers, scopes)

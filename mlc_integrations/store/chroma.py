@@ -1,15 +1,15 @@
 """Chroma storage: how vectors and responses are kept, apart from any policy.
 
-One collection per tier, named from the tier:
+One collection per tier, named and laid out by the entry schema (:mod:`.schema`).
 
-* ``{prefix}_exact``  -- L0.5 and the response store: id = exact key, document = the
-  response as JSON, metadata = scope/namespace/context keys, timestamps, prompt text.
-* ``{prefix}_l1``     -- L1 text embeddings, id = entry id.
-* ``{prefix}_l2_image`` / ``{prefix}_l2_prompt`` -- L2 image embeddings (one record per
-  image of an entry) and prompt embeddings.
-
-Embedded (:class:`chromadb.PersistentClient` or in-memory) or a Chroma server
-(:class:`chromadb.HttpClient`): the engine does not otherwise notice which.
+Where the collections live: embedded (:class:`chromadb.PersistentClient` or in memory),
+a Chroma server (:class:`chromadb.HttpClient`: single node or a distributed deployment,
+with TLS, token authentication, a tenant and a database), Chroma Cloud
+(:func:`chromadb.CloudClient`), or a client you built. The engine does not otherwise
+notice which. Every remote kind is held to the same failure policy: each request
+bounded by ``timeout`` (chromadb's own HTTP client waits forever), and a server that
+cannot be reached, or that rejects the credentials, fails calls fast for
+``retry_interval`` seconds instead of costing each call a round trip.
 
 Opening a persistent or server store checks every vector collection for rows the HNSW
 index cannot return and repairs them (:mod:`.index_repair` says why). A persistent store
@@ -21,27 +21,21 @@ from __future__ import annotations
 
 import logging
 import os
+import string
 import threading
 import time
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Mapping, Optional, TypeVar, Union
 
 from ..errors import StorageError
-from ..embed.static_text import RECIPE as STATIC_RECIPE
-from .index_repair import (INDEX_CHECK_MODES, VECTOR_TIERS, IndexCheck, OpenMarkers, PinnedCollection, PinnedIds,
+from . import schema
+from .index_repair import (INDEX_CHECK_MODES, IndexCheck, OpenMarkers, PinnedCollection, PinnedIds,
                            default_check_index, repair)
+from .schema import VECTOR_TIERS
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-TIER_COLLECTIONS = {
-    "exact": "exact",
-    "l1": "l1",
-    "l1_static": "l1_static_" + STATIC_RECIPE,  # a new static table starts a new collection
-    "l2_image": "l2_image",
-    "l2_fprint": "l2_fprint",
-    "l2_prompt": "l2_prompt",
-}
 _DUMMY_VECTOR = [1.0]
 DEFAULT_TIMEOUT = 5.0  # seconds per Chroma server request (chromadb's own default is no timeout)
 # HNSW beam width of a query. Chroma's default (10) found the true nearest neighbour for
@@ -50,6 +44,10 @@ DEFAULT_TIMEOUT = 5.0  # seconds per Chroma server request (chromadb's own defau
 # a neighbour the index does not return is a lost hit. Set when a collection is created.
 DEFAULT_SEARCH_EF = 100
 DEFAULT_RETRY_INTERVAL = 1.0  # seconds an unreachable server is not retried: calls fail fast meanwhile
+CLOUD_HOST, CLOUD_PORT = "api.trychroma.com", 443  # chromadb.CloudClient's defaults
+# The two headers Chroma's token authentication reads (chromadb.auth.token_authn).
+TOKEN_HEADERS = ("X-Chroma-Token", "Authorization")
+_TOKEN_CHARS = frozenset(string.digits + string.ascii_letters + string.punctuation)  # what chromadb accepts
 # chromadb keeps one process-wide System per embedded identifier ("ephemeral", or the
 # directory) and publishes it in a class dict *before* starting it; a second client
 # created meanwhile (another engine's writer thread) gets a half-started System, fails,
@@ -63,24 +61,59 @@ class ServerUnreachableError(StorageError):
     """No answer from the Chroma server (refused, timed out, connection dropped)."""
 
 
+class StorageAuthenticationError(StorageError):
+    """The Chroma server or Chroma Cloud rejected the credentials (no token, a wrong
+    token or API key, or a tenant/database the credentials do not grant)."""
+
+
 def _is_timeout(exc: BaseException) -> bool:
     import httpx
 
     return isinstance(exc, (httpx.TimeoutException, TimeoutError))
 
 
+def _causes(exc: BaseException) -> list[BaseException]:
+    out: list[BaseException] = []
+    cur: Optional[BaseException] = exc
+    while cur is not None and len(out) < 8:
+        out.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return out
+
+
 def _is_connection_failure(exc: BaseException) -> bool:
     """True for a failure to reach the server, as opposed to an error the server answered with."""
     import httpx
 
-    seen = 0
-    cur: Optional[BaseException] = exc
-    while cur is not None and seen < 8:
-        if isinstance(cur, (ServerUnreachableError, httpx.TransportError, ConnectionError, TimeoutError)):
+    return any(isinstance(c, (ServerUnreachableError, httpx.TransportError, ConnectionError, TimeoutError))
+               for c in _causes(exc))
+
+
+def _is_auth_failure(exc: BaseException) -> bool:
+    """True when the server answered that the credentials are not accepted: chromadb's
+    ``ChromaAuthError`` (HTTP 403, what Chroma's token authentication answers) or
+    ``AuthorizationError`` (401), or a bare 401/403 from a gateway in front of Chroma."""
+    import httpx
+    from chromadb.errors import AuthorizationError, ChromaAuthError
+
+    for c in _causes(exc):
+        if isinstance(c, (StorageAuthenticationError, ChromaAuthError, AuthorizationError)):
             return True
-        cur = cur.__cause__ or cur.__context__
-        seen += 1
+        if isinstance(c, httpx.HTTPStatusError) and c.response.status_code in (401, 403):
+            return True
     return False
+
+
+def _describe(exc: BaseException) -> str:
+    """An exception as ``Type: message`` (chromadb's errors keep their text in ``message()``)."""
+    text = str(exc)
+    message = getattr(exc, "message", None)
+    if not text and callable(message):
+        try:
+            text = str(message())
+        except Exception:  # a message() that needs arguments: the type alone says enough
+            text = ""
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def _settings() -> Any:
@@ -89,16 +122,49 @@ def _settings() -> Any:
     return Settings(anonymized_telemetry=False, allow_reset=False)
 
 
+def token_headers(token: Optional[str], header: str = "X-Chroma-Token") -> dict[str, str]:
+    """The request header that carries ``token`` as Chroma's token authentication reads
+    it: ``X-Chroma-Token: <token>``, or ``Authorization: Bearer <token>``."""
+    if token is None:
+        return {}
+    if header not in TOKEN_HEADERS:
+        raise ValueError(f"token_header must be one of {TOKEN_HEADERS}, got {header!r}")
+    if not token or not set(token) <= _TOKEN_CHARS:
+        raise ValueError("a Chroma token is ASCII letters, digits and punctuation (chromadb refuses others)")
+    return {header: f"Bearer {token}" if header == "Authorization" else token}
+
+
+def _http_session(client: Any) -> Any:
+    """The httpx session of a chromadb HTTP client (HttpClient, CloudClient); None for an
+    embedded client or a chromadb version that moved it."""
+    import httpx
+
+    session = getattr(getattr(client, "_server", None), "_session", None)
+    return session if isinstance(session, httpx.Client) else None
+
+
 class ChromaStore:
     """Chroma client plus the tier collections, created lazily and re-opened on failure.
 
     Every call goes through :meth:`call`, which reconnects once (re-creating the client
     and collection handles) when the server restarted or a handle went stale.
 
-    Server mode bounds every request by ``timeout`` seconds (chromadb itself waits
-    forever on a hung server), and after a failed reconnect fails calls fast for
-    ``retry_interval`` seconds, so a down server costs a lookup microseconds, not a
-    timeout each; the first call after the interval reconnects.
+    Remote stores (a server, Chroma Cloud, or a ``client`` you pass that talks HTTP) bound
+    every request by ``timeout`` seconds (chromadb itself waits forever on a hung server),
+    and after a failed reconnect -- the server unreachable, or rejecting the credentials --
+    fail calls fast for ``retry_interval`` seconds, so a down server costs a lookup
+    microseconds, not a timeout each; the first call after the interval tries again.
+
+    A server is ``chroma_host``/``chroma_port`` (``chroma_ssl``: TLS, ``ssl_verify``: a CA
+    bundle path or False, chromadb's ``chroma_server_ssl_verify``); ``token`` is sent in
+    ``token_header`` (``"X-Chroma-Token"`` or ``"Authorization"``, as a bearer token), on
+    top of any ``chroma_headers``; ``tenant``/``database`` choose where the collections
+    live (Chroma's defaults when None). ``cloud_api_key`` makes it a Chroma Cloud client
+    (:func:`chromadb.CloudClient`, with tenant and database from the key when None), on
+    api.trychroma.com unless ``chroma_host`` names another Cloud-compatible endpoint.
+
+    ``versions`` gives each versioned tier (:mod:`.schema`) the version of its vectors,
+    which its collection name ends with.
 
     ``check_index`` says when opening the store checks its vector indexes (see
     :data:`INDEX_CHECK_MODES`; None: :func:`default_check_index` of the store's mode);
@@ -113,27 +179,53 @@ class ChromaStore:
         self,
         persist_directory: Optional[str] = None,
         chroma_host: Optional[str] = None,
-        chroma_port: int = 8000,
+        chroma_port: Optional[int] = None,
         collection_prefix: str = "mlc",
         client: Any = None,
-        chroma_ssl: bool = False,
-        chroma_headers: Optional[dict[str, str]] = None,
+        chroma_ssl: Optional[bool] = None,
+        chroma_headers: Optional[Mapping[str, str]] = None,
         timeout: Optional[float] = DEFAULT_TIMEOUT,
         retry_interval: float = DEFAULT_RETRY_INTERVAL,
         hnsw_search_ef: int = DEFAULT_SEARCH_EF,
         check_index: Optional[str] = None,
         check_every_writes: int = 0,
         monotonic: Callable[[], float] = time.monotonic,
+        *,
+        token: Optional[str] = None,
+        token_header: str = "X-Chroma-Token",
+        tenant: Optional[str] = None,
+        database: Optional[str] = None,
+        ssl_verify: Union[bool, str, None] = None,
+        cloud_api_key: Optional[str] = None,
+        versions: Optional[Mapping[str, str]] = None,
     ) -> None:
         if check_index is not None and check_index not in INDEX_CHECK_MODES:
             raise ValueError(f"check_index must be one of {INDEX_CHECK_MODES}, got {check_index!r}")
-        if persist_directory and chroma_host:
-            raise ValueError("give either persist_directory (embedded) or chroma_host (server), not both")
+        if persist_directory and (chroma_host or cloud_api_key):
+            raise ValueError("give either persist_directory (embedded) or chroma_host / a Chroma Cloud API key "
+                             "(server), not both")
+        if client is not None and (chroma_host or cloud_api_key or token or tenant or database):
+            raise ValueError("a client you pass carries its own address, credentials, tenant and database: "
+                             "give those to the client, or give them here and no client")
+        if cloud_api_key is not None and token is not None:
+            raise ValueError("Chroma Cloud authenticates with its API key: give cloud_api_key or token, not both")
+        self.cloud = cloud_api_key is not None
+        if not self.cloud and not chroma_host and (token or tenant or database or chroma_headers or chroma_ssl):
+            raise ValueError("token, headers, SSL, tenant and database are for a Chroma server: give chroma_host too")
+        self._auth_headers = token_headers(token, token_header)  # validated now, not at the first call
+        if self.cloud and not chroma_host:  # a port or SSL flag without a host is the engine's default, not Cloud's
+            chroma_host, chroma_port, chroma_ssl = CLOUD_HOST, CLOUD_PORT, True
         self.persist_directory = persist_directory
         self.chroma_host = chroma_host
-        self.chroma_port = chroma_port
-        self.chroma_ssl = chroma_ssl
-        self.chroma_headers = chroma_headers
+        self.chroma_port = 8000 if chroma_port is None else int(chroma_port)
+        self.chroma_ssl = bool(chroma_ssl)
+        self.chroma_headers = dict(chroma_headers or {})
+        self.token_header = token_header if token is not None else None
+        self.tenant = tenant
+        self.database = database
+        self.ssl_verify = ssl_verify
+        self._cloud_api_key = cloud_api_key
+        self.versions = dict(versions or {})
         self.timeout = timeout
         self.retry_interval = retry_interval
         if int(hnsw_search_ef) < 1:
@@ -145,7 +237,10 @@ class ChromaStore:
         self.connect_attempts = 0
         self.timeouts = 0
         self.failed_fast = 0
+        self.auth_failures = 0
         self._down_until = 0.0  # monotonic time before which the server is not retried
+        self._down_error: type[StorageError] = ServerUnreachableError
+        self._down_reason = ""
         self._generation = 0  # bumped on every reconnect, so concurrent failures reconnect once
         if not persist_directory and not chroma_host and client is None:
             # Chroma's in-memory clients share one process-wide system: give each
@@ -156,6 +251,10 @@ class ChromaStore:
         self.prefix = collection_prefix
         self._client = client
         self._user_client = client is not None
+        # A client you pass that talks HTTP gets the same request bound and fail-fast.
+        self._remote = bool(chroma_host) or (client is not None and _http_session(client) is not None)
+        if client is not None and self._remote:
+            self._bound_timeout(client)
         self._collections: dict[str, Any] = {}
         self._dims: dict[str, int] = {}
         self._lock = threading.RLock()
@@ -177,9 +276,29 @@ class ChromaStore:
     def mode(self) -> str:
         if self._user_client:
             return "client"
+        if self.cloud:
+            return "cloud"
         if self.chroma_host:
             return "server"
         return "persistent" if self.persist_directory else "ephemeral"
+
+    @property
+    def where(self) -> str:
+        """The store's address for messages (never a credential)."""
+        if self.chroma_host:
+            kind = "Chroma Cloud" if self.cloud else "Chroma server"
+            return f"{kind} {self.chroma_host}:{self.chroma_port}"
+        return "the client passed in" if self._user_client else "embedded Chroma"
+
+    def _credentials(self) -> str:
+        """What this store sends to prove who it is, for an error message (never the secret)."""
+        if self.cloud:
+            return "the Chroma Cloud API key (cloud_api_key)"
+        if self.token_header:
+            return f"a token in the {self.token_header} header"
+        if self._user_client:
+            return "the client's own credentials"
+        return "no token (StorageOptions(token=...) sends one)"
 
     def _make_client(self) -> Any:
         import chromadb
@@ -187,13 +306,24 @@ class ChromaStore:
         if self.chroma_host:
             self.connect_attempts += 1
             self._preflight()
-            client = chromadb.HttpClient(
-                host=self.chroma_host,
-                port=self.chroma_port,
-                ssl=self.chroma_ssl,
-                headers=self.chroma_headers,
-                settings=_settings(),
-            )
+            settings = _settings()
+            if self.ssl_verify is not None:
+                settings.chroma_server_ssl_verify = self.ssl_verify
+            where = {k: v for k, v in (("tenant", self.tenant), ("database", self.database)) if v is not None}
+            if self.cloud:
+                settings.chroma_server_headers = dict(self.chroma_headers) or None
+                client = chromadb.CloudClient(api_key=self._cloud_api_key, settings=settings, cloud_host=self.chroma_host,
+                                              cloud_port=self.chroma_port, enable_ssl=self.chroma_ssl,
+                                              tenant=self.tenant, database=self.database)
+            else:
+                client = chromadb.HttpClient(
+                    host=self.chroma_host,
+                    port=self.chroma_port,
+                    ssl=self.chroma_ssl,
+                    headers={**self.chroma_headers, **self._auth_headers},  # a copy: chromadb adds its own to it
+                    settings=settings,
+                    **where,
+                )
             self._bound_timeout(client)
             return client
         if self.persist_directory:
@@ -207,27 +337,42 @@ class ChromaStore:
 
     def _preflight(self) -> None:
         """Heartbeat with a bounded timeout: chromadb's client constructor talks to the
-        server with no timeout at all, so an unresponsive server would hang it."""
+        server with no timeout at all, so an unresponsive server would hang it. (Chroma
+        answers the heartbeat without authentication: credentials are judged next.)"""
         import httpx
 
         scheme = "https" if self.chroma_ssl else "http"
         host = f"[{self.chroma_host}]" if ":" in str(self.chroma_host) else self.chroma_host
         try:
             httpx.get(f"{scheme}://{host}:{self.chroma_port}/api/v2/heartbeat", timeout=self.timeout,
-                      headers=self.chroma_headers)
+                      headers=self.chroma_headers,
+                      verify=True if self.ssl_verify is None else self.ssl_verify)
         except httpx.HTTPError as exc:
             raise ServerUnreachableError(
-                f"Chroma server {self.chroma_host}:{self.chroma_port} unreachable: {type(exc).__name__}: {exc}"
+                f"{self.where} unreachable: {type(exc).__name__}: {exc}"
             ) from exc
 
     def _bound_timeout(self, client: Any) -> None:
         import httpx
 
-        session = getattr(getattr(client, "_server", None), "_session", None)
-        if isinstance(session, httpx.Client):
+        session = _http_session(client)
+        if session is not None:
             session.timeout = httpx.Timeout(self.timeout)
         else:  # a chromadb version that moved its HTTP session: requests are unbounded
             log.warning("cannot bound Chroma request timeout on this chromadb version; a hung server may block calls")
+
+    def _open_error(self, exc: BaseException) -> StorageError:
+        """A failure to create the client, as the error that names its cause."""
+        if _is_auth_failure(exc):
+            self.auth_failures += 1
+            tenant = self.tenant or ("the key's" if self.cloud else "default_tenant")
+            database = self.database or ("the key's" if self.cloud else "default_database")
+            return StorageAuthenticationError(
+                f"{self.where} refused the credentials (authentication failed; sent {self._credentials()}; "
+                f"tenant {tenant}, database {database}): {_describe(exc)}")
+        if isinstance(exc, StorageError):
+            return exc
+        return StorageError(f"cannot open Chroma ({self.mode}, {self.where}): {type(exc).__name__}: {exc}")
 
     @property
     def client(self) -> Any:
@@ -235,10 +380,11 @@ class ChromaStore:
             if self._client is None:
                 try:
                     self._client = self._make_client()
-                except StorageError:
-                    raise
                 except Exception as exc:
-                    raise StorageError(f"cannot open Chroma ({self.mode}): {type(exc).__name__}: {exc}") from exc
+                    err = self._open_error(exc)
+                    if err is exc:
+                        raise
+                    raise err from exc
                 self._after_open()
             return self._client
 
@@ -342,7 +488,7 @@ class ChromaStore:
                     log.warning("cannot remove open marker: %s", exc)
 
     def name(self, tier: str) -> str:
-        return f"{self.prefix}_{TIER_COLLECTIONS[tier]}"
+        return schema.collection_name(self.prefix, tier, self.versions)
 
     def collection(self, tier: str, dim: Optional[int] = None, model: str = "") -> Any:
         """The collection of a tier; ``dim``/``model`` are recorded and checked."""
@@ -357,19 +503,21 @@ class ChromaStore:
         with self._lock:
             col = self._collections.get(tier)
             if col is None:
-                meta: dict[str, Any] = {"hnsw:space": "cosine", "mlc_tier": tier}
-                if tier != "exact":  # the exact tier is read by id only
+                meta: dict[str, Any] = {"hnsw:space": "cosine", schema.COLLECTION_TIER: tier}
+                if tier in VECTOR_TIERS:  # the others are read by id only
                     meta["hnsw:search_ef"] = self.hnsw_search_ef
                 if dim is not None:
-                    meta["dim"] = dim
+                    meta[schema.COLLECTION_DIM] = dim
                 if model:
-                    meta["model"] = model[-200:]
+                    meta[schema.COLLECTION_MODEL] = model[-200:]
                 try:
                     col = self.client.get_or_create_collection(self.name(tier), embedding_function=None, metadata=meta)
+                except StorageError:
+                    raise
                 except Exception as exc:
                     raise StorageError(f"cannot open collection {self.name(tier)!r}: {exc}") from exc
-                stored_dim = (col.metadata or {}).get("dim")
-                stored_model = (col.metadata or {}).get("model")
+                stored_dim = (col.metadata or {}).get(schema.COLLECTION_DIM)
+                stored_model = (col.metadata or {}).get(schema.COLLECTION_MODEL)
                 if model and stored_model and stored_model != model[-200:]:
                     # Same size is not same space: EfficientNet-Lite0/1/2 all give 1280-d vectors.
                     raise StorageError(
@@ -378,7 +526,7 @@ class ChromaStore:
                 if dim is not None and stored_dim not in (None, dim):
                     raise StorageError(
                         f"collection {self.name(tier)!r} was built with {stored_dim}-d vectors "
-                        f"(model {(col.metadata or {}).get('model')!r}); this engine's model gives {dim}-d. "
+                        f"(model {stored_model!r}); this engine's model gives {dim}-d. "
                         "Use another collection_prefix or clear the cache."
                     )
                 if self._pinned.get(tier) or (self.check_every_writes and tier in VECTOR_TIERS):
@@ -411,13 +559,13 @@ class ChromaStore:
                         log.debug("closing stale Chroma client: %s", exc)
 
     def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run a Chroma operation; on failure reconnect once and retry, then raise StorageError."""
+        """Run a Chroma operation; on failure reconnect once and retry, then raise StorageError
+        (:class:`ServerUnreachableError`, :class:`StorageAuthenticationError` when the cause is that)."""
         if self._down_until and self.monotonic() < self._down_until:
             self.failed_fast += 1
-            raise ServerUnreachableError(
-                f"Chroma {what} skipped: server {self.chroma_host}:{self.chroma_port} was unreachable "
-                f"less than {self.retry_interval:g} s ago"
-            )
+            raise self._down_error(
+                f"Chroma {what} skipped: {self.where} failed less than {self.retry_interval:g} s ago "
+                f"({self._down_reason})")
         generation = self._generation
         try:
             out = fn()
@@ -429,6 +577,10 @@ class ChromaStore:
                 self.timeouts += 1
                 self._note_failure(first)
                 raise StorageError(f"Chroma {what} timed out after {self.timeout:g} s: {first}") from first
+            if _is_auth_failure(first):  # a reconnect would send the same credentials
+                err = self._open_error(first)
+                self._note_failure(err)
+                raise err from first
             log.debug("chroma %s failed (%s); reconnecting once", what, first)
             self.reset_handles(generation)
             try:
@@ -438,19 +590,31 @@ class ChromaStore:
                 raise
             except Exception as exc:
                 self.timeouts += _is_timeout(exc)
-                self._note_failure(exc)
-                raise StorageError(f"Chroma {what} failed: {type(exc).__name__}: {exc}") from exc
+                err = self._open_error(exc) if _is_auth_failure(exc) else StorageError(
+                    f"Chroma {what} failed: {type(exc).__name__}: {exc}")
+                err.__cause__ = exc  # what _note_failure classifies
+                self._note_failure(err)
+                raise err from exc
         if self._down_until:
-            log.info("Chroma server %s:%s reachable again", self.chroma_host, self.chroma_port)
+            log.info("%s reachable again", self.where)
             self._down_until = 0.0
         return out
 
     def _note_failure(self, exc: BaseException) -> None:
-        if self.chroma_host and not self._user_client and self.retry_interval > 0 and _is_connection_failure(exc):
-            if not self._down_until:
-                log.warning("Chroma server %s:%s unreachable; cache calls fail fast (as misses) and reconnect "
-                            "is retried every %g s", self.chroma_host, self.chroma_port, self.retry_interval)
-            self._down_until = self.monotonic() + self.retry_interval
+        """After a remote store failed to answer, or refused the credentials: fail calls fast
+        for ``retry_interval`` (neither fixes itself within a call; each retry would cost
+        a round trip on the caller's path)."""
+        if not self._remote or self.retry_interval <= 0:
+            return
+        auth = _is_auth_failure(exc)
+        if not auth and not _is_connection_failure(exc):
+            return
+        if not self._down_until:
+            log.warning("%s %s; cache calls fail fast (as misses) and are retried every %g s: %s", self.where,
+                        "refused the credentials" if auth else "unreachable", self.retry_interval, exc)
+        self._down_error = StorageAuthenticationError if auth else ServerUnreachableError
+        self._down_reason = ("authentication failed" if auth else "unreachable") + f": {str(exc)[:300]}"
+        self._down_until = self.monotonic() + self.retry_interval
 
     @staticmethod
     def dummy_vector() -> list[float]:

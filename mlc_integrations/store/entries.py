@@ -1,22 +1,8 @@
 """The entry store: the only module that speaks Chroma (through :class:`ChromaStore`).
 
-It owns the schema — collections, ids, metadata keys — and the crash-safe order of
-writes and deletes; policy (which tier, which threshold, what to evict) lives elsewhere.
-
-Schema (version :data:`SCHEMA_VERSION`, metadata key ``v``):
-
-* ``exact``: one row per entry, id = the entry id (the L0.5 key), document = the
-  response as JSON, metadata = :class:`EntryMeta`.
-* ``l1`` and ``l2_prompt``: one row per entry, id = the entry id, embedding = the text
-  (prompt) vector, metadata = the entry's keys + ``part`` (its partition).
-* ``l1_static``: the same rows with the text's static vector (the L1 pre-screen:
-  no stored static vector near a new text = no sentence-model run on the caller's path).
-* ``l2_image``: one row per image of an entry, id = ``"{entry_id}#{i}"``, metadata as
-  above + ``idx`` and ``entry_id``; document = the picture's image-change descriptor
-  (``verify/image_change.py``: base64 of at most ~10 kB, read only for an L2 candidate;
-  ``""`` or no document = written before descriptors existed).
-* ``l2_fprint``: the same rows with each image's pixel fingerprint (the L2 pre-screen:
-  no stored fingerprint near a new picture = no image-encoder run on the caller's path).
+It writes and reads the rows the entry schema (:mod:`.schema`: collections, ids,
+metadata keys) lays out, in the schema's crash-safe order of writes and deletes; policy
+(which tier, which threshold, what to evict) lives elsewhere.
 
 Writes go response first, vectors last (:data:`WRITE_ORDER`) and deletes vectors first
 (:data:`DELETE_ORDER`), so an interrupted write or delete never leaves a vector whose
@@ -28,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
@@ -37,20 +24,22 @@ from ..runtime.lru import LRU
 from .exact_index import DEFAULT_REVALIDATE_S, ExactIndex
 from ..errors import PayloadError
 from ..runtime.stats import EngineStats
+from . import schema
 from .chroma import ChromaStore
+from .schema import (ANSWER, CREATED_AT, DELETE_ORDER, ENTRY_ID, EXPIRES_AT, IDX, IMAGE_ROW_TIERS, LAST_ACCESS,
+                     MODEL, NS, PART, SCHEMA_VERSION, SCOPE, TEXT, VERSION, WRITE_ORDER, image_row_id)
 
 if TYPE_CHECKING:
     from .writebehind import PendingEntries
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+__all__ = ["DELETE_ORDER", "IMAGE_ROW_TIERS", "SCHEMA_VERSION", "WRITE_ORDER", "EntryKeys", "EntryMeta",
+           "EntryStore", "NewEntry", "StoredEntry", "answer_of", "image_row_id", "serialize_payload"]
+
+EXACT = schema.RESPONSE_TIER  # the response rows
+EVIDENCE_TIER = next(t.name for t in schema.TIERS if t.document == schema.IMAGE_EVIDENCE)
 NO_EXPIRY = 1e18
-# A pre-screen row goes before the row it screens for (and is deleted after it): a crash in
-# between leaves a screen with nothing behind it (a miss), never a vector the screen hides.
-WRITE_ORDER = ("exact", "l1_static", "l1", "l2_fprint", "l2_image", "l2_prompt")  # response first, vectors last
-DELETE_ORDER = ("l2_image", "l2_fprint", "l2_prompt", "l1", "l1_static", "exact")  # vectors first, response last
-IMAGE_ROW_TIERS = ("l2_image", "l2_fprint")  # one row per image, id "{entry_id}#{i}"
 TEXT_META_CHARS = 4096
 ANSWER_META_CHARS = 8192
 # Unfiltered ANN first (cost independent of how many entries other scopes hold), then a
@@ -70,10 +59,6 @@ def answer_of(payload: Any) -> str:
     return json.dumps(payload, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def image_row_id(entry_id: str, i: int) -> str:
-    return f"{entry_id}#{i}"
-
-
 def _clip(text: str, n: int) -> str:
     return text[:n].encode("utf-8", "replace").decode("utf-8")
 
@@ -89,8 +74,8 @@ class EntryKeys:
     n_images: int
     expires_at: float = NO_EXPIRY
 
-    def metadata(self, **extra: Any) -> dict[str, Any]:
-        return dict(asdict(self), v=SCHEMA_VERSION, **extra)
+    def metadata(self, extra: Optional[dict[str, Any]] = None) -> dict[str, Any]:
+        return {**asdict(self), VERSION: SCHEMA_VERSION, **(extra or {})}
 
 
 @dataclass
@@ -105,13 +90,13 @@ class EntryMeta:
     model: str = ""  # the model the scope names (keys.model_label): `mlc clear --model`, `mlc scopes`
 
     def to_chroma(self) -> dict[str, Any]:
-        meta = self.keys.metadata(created_at=self.created_at, last_access=self.last_access)
+        meta = self.keys.metadata({CREATED_AT: self.created_at, LAST_ACCESS: self.last_access})
         if self.model:
-            meta["model"] = self.model
+            meta[MODEL] = self.model
         if self.text is not None:
-            meta["text"] = _clip(self.text, TEXT_META_CHARS)
+            meta[TEXT] = _clip(self.text, TEXT_META_CHARS)
         if self.answer is not None:
-            meta["answer"] = _clip(self.answer, ANSWER_META_CHARS)
+            meta[ANSWER] = _clip(self.answer, ANSWER_META_CHARS)
         return meta
 
 
@@ -141,38 +126,81 @@ class NewEntry:
     image_descs: Optional[list[str]] = None
     describe_images: Optional[Callable[[], list[str]]] = None
 
+    # Deferred vectors are computed once, by whichever thread asks first (the writer, or a
+    # lookup that found this pending entry near its request); the others wait for it.
+    _compute_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
     @property
     def has_l1(self) -> bool:
         return self.text_vec is not None or self.embed_text is not None
-
-    def text_vector(self) -> Optional[np.ndarray]:
-        """The text vector, computed now if it was deferred."""
-        if self.text_vec is None and self.embed_text is not None:
-            self.text_vec = self.embed_text()
-            self.embed_text = None
-        return self.text_vec
 
     @property
     def has_l2(self) -> bool:
         return self.prompt_vec is not None and (self.image_vecs is not None or self.embed_images is not None)
 
+    def has(self, family: str) -> bool:
+        """Whether this entry writes the tiers of ``family`` (text, or image + prompt)."""
+        return self.has_l1 if family == schema.TEXT_FAMILY else self.has_l2
+
+    def _computed(self, value_attr: str, deferred_attr: str) -> Any:
+        if getattr(self, value_attr) is None and getattr(self, deferred_attr) is not None:
+            with self._compute_lock:
+                compute = getattr(self, deferred_attr)
+                if getattr(self, value_attr) is None and compute is not None:
+                    setattr(self, value_attr, compute())
+                    setattr(self, deferred_attr, None)
+        return getattr(self, value_attr)
+
+    def text_vector(self) -> Optional[np.ndarray]:
+        """The text vector, computed now if it was deferred (once, whoever asks)."""
+        return self._computed("text_vec", "embed_text")
+
     def image_vectors(self) -> Optional[np.ndarray]:
-        """The image vectors, computed now if they were deferred."""
-        if self.image_vecs is None and self.embed_images is not None:
-            self.image_vecs = self.embed_images()
-            self.embed_images = None
-        return self.image_vecs
+        """The image vectors, computed now if they were deferred (once, whoever asks)."""
+        return self._computed("image_vecs", "embed_images")
+
+    def vector_of(self, tier: str) -> Any:
+        """This entry's vector (image tiers: its array of per-image vectors) in ``tier``, or
+        None when the entry writes no row there; a deferred one is computed now."""
+        t = schema.BY_NAME[tier]
+        if not self.has(t.family):
+            return None
+        return self._computed(t.field, t.deferred) if t.deferred else getattr(self, t.field)
+
+    def partition_of(self, tier: str) -> Any:
+        """The partition key(s) of this entry's rows in ``tier`` (a list for image tiers)."""
+        return self.partitions[schema.BY_NAME[tier].partition]
+
+    def in_partition(self, tier: str, part: str) -> bool:
+        """Whether some row of this entry in ``tier`` belongs to partition ``part`` -- known
+        without computing any vector."""
+        p = self.partition_of(tier)
+        return part in p if isinstance(p, list) else p == part
 
     def image_descriptors(self) -> Optional[list[str]]:
         """The image-change descriptors, computed now if they were deferred (a failure
         stores none: the entry is then verified as one written before descriptors)."""
         if self.image_descs is None and self.describe_images is not None:
-            try:
-                self.image_descs = self.describe_images()
-            except Exception as exc:  # never lose the entry over its descriptor
-                log.warning("image descriptor of %s not computed: %s", self.entry_id[:12], exc)
-            self.describe_images = None
+            with self._compute_lock:
+                if self.image_descs is None and self.describe_images is not None:
+                    try:
+                        self.image_descs = self.describe_images()
+                    except Exception as exc:  # never lose the entry over its descriptor
+                        log.warning("image descriptor of %s not computed: %s", self.entry_id[:12], exc)
+                    self.describe_images = None
         return self.image_descs
+
+    def rows(self, tier: str) -> list[tuple[str, np.ndarray, dict[str, Any]]]:
+        """(row id, vector, row metadata beyond the entry keys) of this entry in ``tier``."""
+        t = schema.BY_NAME[tier]
+        vec = self.vector_of(tier)
+        if vec is None:
+            return []
+        part = self.partition_of(tier)
+        if t.rows == schema.ROW_PER_IMAGE:
+            return [(image_row_id(self.entry_id, i), v, {PART: part[i], ENTRY_ID: self.entry_id, IDX: i})
+                    for i, v in enumerate(vec)]
+        return [(self.entry_id, vec, {PART: part})]
 
 
 @dataclass
@@ -182,42 +210,30 @@ class StoredEntry:
 
     @property
     def text(self) -> Optional[str]:
-        return self.meta.get("text")
+        return self.meta.get(TEXT)
 
     @property
     def answer(self) -> str:
         """The stored answer text (entries written before it was stored: derived from the payload)."""
-        a = self.meta.get("answer")
+        a = self.meta.get(ANSWER)
         return a if isinstance(a, str) else answer_of(self.payload)
-
-
-def _model_of(e: NewEntry, tier: str) -> str:
-    return {"l1": e.text_model, "l1_static": e.static_model, "l2_image": e.image_model, "l2_prompt": e.prompt_model,
-            "l2_fprint": e.fprint_model}[tier]
 
 
 def _rows(group: Sequence[NewEntry], tier: str) -> tuple[list[str], list[list[float]], list[dict[str, Any]], list[str]]:
     """A vector tier's rows of several entries: ids, embeddings, metadata, documents
-    (the image-change descriptors of ``l2_image`` rows, ``""`` where there is none)."""
+    (the image-change descriptors of the evidence tier's rows, ``""`` where there is none)."""
     ids: list[str] = []
     vecs: list[list[float]] = []
     metas: list[dict[str, Any]] = []
     docs: list[str] = []
+    evidence = tier == EVIDENCE_TIER
     for e in group:
-        keys = e.meta.keys
-        if tier in IMAGE_ROW_TIERS:
-            rows = e.image_vectors() if tier == "l2_image" else e.fprint_vecs
-            descs = (e.image_descriptors() if tier == "l2_image" else None) or []
-            for i, v in enumerate(rows):  # type: ignore[arg-type]
-                ids.append(image_row_id(e.entry_id, i))
-                vecs.append(v.tolist())
-                metas.append(keys.metadata(idx=i, entry_id=e.entry_id, part=e.partitions["l2_image"][i]))
-                docs.append(descs[i] if i < len(descs) else "")
-        else:
-            vec = {"l1": e.text_vec, "l1_static": e.static_vec}.get(tier, e.prompt_vec)
-            ids.append(e.entry_id)
-            vecs.append(vec.tolist())  # type: ignore[union-attr]
-            metas.append(keys.metadata(part=e.partitions["l1" if tier == "l1_static" else tier]))
+        descs = (e.image_descriptors() if evidence else None) or []
+        for i, (rid, v, extra) in enumerate(e.rows(tier)):
+            ids.append(rid)
+            vecs.append(v.tolist())
+            metas.append(e.meta.keys.metadata(extra))
+            docs.append(descs[i] if i < len(descs) else "")
     return ids, vecs, metas, docs
 
 
@@ -280,29 +296,32 @@ class EntryStore:
         if not batch:
             return
         for e in batch:
-            if e.has_l1:
-                e.text_vector()  # a deferred text encoding runs before anything is written
-            if e.has_l2:
-                e.image_vectors()  # a deferred image encoding runs before anything is written
+            for tier in WRITE_ORDER:
+                t = schema.BY_NAME[tier]
+                if t.deferred:
+                    e.vector_of(tier)  # a deferred encoding runs before anything is written
         metas = [e.meta.to_chroma() for e in batch]
-        self.store.call("upsert exact", lambda: self.store.collection("exact").upsert(
+        self.store.call(f"upsert {EXACT}", lambda: self.store.collection(EXACT).upsert(
             ids=[e.entry_id for e in batch], embeddings=[ChromaStore.dummy_vector()] * len(batch),
             documents=[e.document for e in batch], metadatas=metas))
         for e, meta in zip(batch, metas):
             self.hot.put(e.entry_id, e.document, meta)
-        l2 = [e for e in batch if e.has_l2]
-        for tier, rows in (("l1_static", [e for e in batch if e.static_vec is not None and e.has_l1]),
-                           ("l1", [e for e in batch if e.has_l1]),
-                           ("l2_fprint", [e for e in l2 if e.fprint_vecs is not None]),
-                           ("l2_image", l2), ("l2_prompt", l2)):
-            for model in dict.fromkeys(_model_of(e, tier) for e in rows):
-                group = [e for e in rows if _model_of(e, tier) == model]
+        for tier in WRITE_ORDER:
+            t = schema.BY_NAME[tier]
+            if not t.vector:
+                continue
+            rows = [e for e in batch if e.vector_of(tier) is not None]
+            for model in dict.fromkeys(getattr(e, t.model_field) for e in rows):
+                group = [e for e in rows if getattr(e, t.model_field) == model]
                 ids, vecs, metas, docs = _rows(group, tier)
-                if tier == "l2_image":
+                if not ids:
+                    continue
+                extra = {}
+                if t.document == schema.IMAGE_EVIDENCE:
                     for rid, doc in zip(ids, docs):
                         if doc:
                             self._evidence.put(rid, doc)
-                extra = {"documents": docs if self.evidence_at_rest else [""] * len(docs)} if tier == "l2_image" else {}
+                    extra = {"documents": docs if self.evidence_at_rest else [""] * len(docs)}
                 self.store.call(f"upsert {tier}", lambda t=tier, m=model, i=ids, v=vecs, md=metas, x=extra: self.store.collection(
                     t, dim=len(v[0]), model=m).upsert(ids=i, embeddings=v, metadatas=md, **x))
 
@@ -313,12 +332,12 @@ class EntryStore:
             return
         self.hot.forget(ids)
         gone = set(ids)
-        for rid in [r for r, _d in self._evidence.items() if r.rpartition("#")[0] in gone]:
+        for rid in [r for r, _d in self._evidence.items() if schema.entry_of_row(r) in gone]:
             self._evidence.pop(rid)
         for tier in DELETE_ORDER:
             if tier in IMAGE_ROW_TIERS:
                 self.store.call(f"delete {tier}", lambda t=tier: self.store.collection(t).delete(
-                    where={"entry_id": {"$in": ids}}))
+                    where={ENTRY_ID: {"$in": ids}}))
             else:
                 self.store.call(f"delete {tier}", lambda t=tier: self.store.collection(t).delete(ids=ids))
         if self._on_deleted is not None:
@@ -328,10 +347,10 @@ class EntryStore:
         """Delete every entry, or those of one scope and/or namespace (digests)."""
         clauses: list[dict[str, Any]] = []
         if scope_key is not None:
-            clauses.append({"scope": scope_key})
+            clauses.append({SCOPE: scope_key})
         if ns_key is not None:
-            clauses.append({"ns": ns_key})
-        where: dict[str, Any] = ({"v": SCHEMA_VERSION} if not clauses
+            clauses.append({NS: ns_key})
+        where: dict[str, Any] = ({VERSION: SCHEMA_VERSION} if not clauses
                                  else clauses[0] if len(clauses) == 1 else {"$and": clauses})
         for tier in DELETE_ORDER:
             self.store.call(f"clear {tier}", lambda t=tier: self.store.collection(t).delete(where=where))
@@ -339,22 +358,22 @@ class EntryStore:
             self._evidence.clear()
             self.hot.clear()
         else:
-            self.hot.forget_where(lambda m: not ((scope_key is None or m.get("scope") == scope_key)
-                                                 and (ns_key is None or m.get("ns") == ns_key)))
+            self.hot.forget_where(lambda m: not ((scope_key is None or m.get(SCOPE) == scope_key)
+                                                 and (ns_key is None or m.get(NS) == ns_key)))
 
     def write_last_access(self, pending: dict[str, float]) -> None:
         """Persist buffered last-access times (never moving one backwards)."""
         ids = list(pending)
         if not ids:
             return
-        res = self.store.call("get", lambda: self.store.collection("exact").get(ids=ids, include=["metadatas"]))
+        res = self.store.call("get", lambda: self.store.collection(EXACT).get(ids=ids, include=["metadatas"]))
         metas = []
         for eid, meta in zip(res["ids"], res["metadatas"]):
             m = dict(meta or {})
-            m["last_access"] = max(float(m.get("last_access", 0.0)), pending[eid])
+            m[LAST_ACCESS] = max(float(m.get(LAST_ACCESS, 0.0)), pending[eid])
             metas.append(m)
         if res["ids"]:
-            self.store.call("update", lambda: self.store.collection("exact").update(
+            self.store.call("update", lambda: self.store.collection(EXACT).update(
                 ids=list(res["ids"]), metadatas=metas))
             for eid, m in zip(res["ids"], metas):
                 self.hot.update_meta(eid, m)
@@ -362,7 +381,7 @@ class EntryStore:
     # ------------------------------------------------------------------ reads
     def preload(self, limit: int = PRELOAD_ENTRIES) -> int:
         """Fill the exact index from the store (warm start), at most ``limit`` entries; how many."""
-        res = self.store.call("get", lambda: self.store.collection("exact").get(
+        res = self.store.call("get", lambda: self.store.collection(EXACT).get(
             limit=limit, include=["documents", "metadatas"]))
         for eid, doc, meta in zip(res["ids"], res["documents"], res["metadatas"]):
             if isinstance(doc, str):
@@ -388,7 +407,7 @@ class EntryStore:
                 ids.append(eid)
         if ids:
             res = self.store.call(
-                "get", lambda: self.store.collection("exact").get(ids=ids, include=["documents", "metadatas"]))
+                "get", lambda: self.store.collection(EXACT).get(ids=ids, include=["documents", "metadatas"]))
             out.update({eid: "absent" for eid in ids})
             self.hot.forget(ids)  # due for a re-read: what the store says now replaces it
             for eid, doc, meta in zip(res["ids"], res["documents"], res["metadatas"]):
@@ -398,7 +417,7 @@ class EntryStore:
         gone: list[str] = []
         for eid, doc, meta in rows:
             meta = meta or {}
-            if float(meta.get("expires_at", NO_EXPIRY)) <= now:
+            if float(meta.get(EXPIRES_AT, NO_EXPIRY)) <= now:
                 self._stats.incr("expired")
                 gone.append(eid)
                 out[eid] = "expired"
@@ -417,20 +436,20 @@ class EntryStore:
     def exists(self, entry_id: str) -> bool:
         if self.pending is not None and self.pending.get(entry_id) is not None:
             return True
-        res = self.store.call("get", lambda: self.store.collection("exact").get(ids=[entry_id], include=[]))
+        res = self.store.call("get", lambda: self.store.collection(EXACT).get(ids=[entry_id], include=[]))
         return bool(res["ids"])
 
-    def count(self, tier: str = "exact") -> int:
+    def count(self, tier: str = EXACT) -> int:
         return int(self.store.call("count", lambda: self.store.collection(tier).count()))
 
     def expired_ids(self, now: float) -> list[str]:
-        res = self.store.call("get expired", lambda: self.store.collection("exact").get(
-            where={"expires_at": {"$lte": now}}, include=[]))
+        res = self.store.call("get expired", lambda: self.store.collection(EXACT).get(
+            where={EXPIRES_AT: {"$lte": now}}, include=[]))
         return list(res["ids"])
 
     def all_metadata(self) -> list[tuple[str, dict[str, Any]]]:
         """(entry id, metadata) of every entry: what eviction ranks."""
-        res = self.store.call("get all", lambda: self.store.collection("exact").get(include=["metadatas"]))
+        res = self.store.call("get all", lambda: self.store.collection(EXACT).get(include=["metadatas"]))
         return [(eid, meta or {}) for eid, meta in zip(res["ids"], res["metadatas"])]
 
     def neighbours(self, tier: str, vec: np.ndarray, part: str, threshold: float, model: str,
@@ -451,7 +470,7 @@ class EntryStore:
         # other meanwhile is then seen in at least one of them.
         pending = self.pending.neighbours(tier, vec, part, threshold) if self.pending is not None else []
         for filtered, k in SEARCH_STEPS:
-            where = {"part": part} if filtered else None
+            where = {PART: part} if filtered else None
 
             def run(where: Any = where, k: int = k) -> Any:
                 # Distances only: Chroma's metadata read costs more than the ANN search
@@ -468,11 +487,11 @@ class EntryStore:
                 continue
             above = [r for r in rows if r[1] >= threshold]
             metas = self._metadatas(tier, [i for i, _s in above]) if above else {}
-            mine = [(i, s, metas[i]) for i, s in above if i in metas and metas[i].get("part") == part]
+            mine = [(i, s, metas[i]) for i, s in above if i in metas and metas[i].get(PART) == part]
             if best_below is not None and not mine and not pending and rows:
                 near = rows[:EXPLAIN_ROWS]
                 near_meta = self._metadatas(tier, [i for i, _s in near])
-                best_below.extend(s for i, s in near if near_meta.get(i, {}).get("part") == part)
+                best_below.extend(s for i, s in near if near_meta.get(i, {}).get(PART) == part)
                 del best_below[1:]
             return _newest(mine, pending), not saturated
         return _newest(mine, pending), False
@@ -491,7 +510,7 @@ class EntryStore:
         include = ["distances", "metadatas"] + (["documents"] if documents else [])
         pending = self.pending.neighbours(tier, vec, part, threshold) if self.pending is not None else []
         mine: list[tuple[str, float, dict[str, Any], Optional[str]]] = []
-        for where in (None, {"part": part}):
+        for where in (None, {PART: part}):
             def run(where: Any = where) -> Any:
                 return self.store.collection(tier, dim=dim, model=model).query(
                     query_embeddings=emb, n_results=k, where=where, include=include)
@@ -504,7 +523,7 @@ class EntryStore:
             rows = [(i, float(min(1.0, 1.0 - d)), m or {}, (doc if isinstance(doc, str) else "") if documents else None)
                     for i, d, m, doc in zip(ids, res["distances"][0], metas, docs or [None] * len(ids))]
             above = [r for r in rows if r[1] >= threshold]
-            mine = [r for r in above if r[2].get("part") == part]
+            mine = [r for r in above if r[2].get(PART) == part]
             if where is None and len(above) >= k and len(mine) < k:
                 self._stats.incr(f"search_filtered_{tier}")  # other partitions crowd the top-k
                 continue
@@ -532,13 +551,13 @@ class EntryStore:
         dists = res["distances"][0] if res.get("distances") else []
         metas = res["metadatas"][0] if res.get("metadatas") else []
         above = [m or {} for d, m in zip(dists, metas) if 1.0 - float(d) >= threshold]
-        if any(m.get("part") == part for m in above):
+        if any(m.get(PART) == part for m in above):
             return True
         if len(dists) < k or len(above) < len(dists):
             return False  # the top k is not saturated: it holds every row above the threshold
         self._stats.incr(f"search_widened_{tier}")
         res = self.store.call(f"query {tier}", lambda: col.query(query_embeddings=emb, n_results=1,
-                                                                 where={"part": part}, include=["distances"]))
+                                                                 where={PART: part}, include=["distances"]))
         dists = res["distances"][0] if res.get("distances") else []
         return bool(dists) and 1.0 - float(dists[0]) >= threshold
 
@@ -575,7 +594,7 @@ class EntryStore:
             out.update({rid: None for rid in rest})  # never stored at rest: not this process's picture
             rest = []
         if rest:
-            res = self.store.call("get l2_image", lambda: self.store.collection("l2_image").get(
+            res = self.store.call(f"get {EVIDENCE_TIER}", lambda: self.store.collection(EVIDENCE_TIER).get(
                 ids=rest, include=["documents"]))
             for rid, doc in zip(res["ids"], res.get("documents") or [None] * len(res["ids"])):
                 out[rid] = doc if isinstance(doc, str) and doc else None

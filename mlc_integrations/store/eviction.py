@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 from .entries import NO_EXPIRY, EntryStore
+from .schema import CREATED_AT, EXPIRES_AT, LAST_ACCESS
 from ..runtime.stats import EngineStats
 
 
@@ -92,11 +93,11 @@ class Eviction:
             buffered = self.access.snapshot()
             ages, expired = [], []
             for eid, meta in self.entries.all_metadata():
-                if float(meta.get("expires_at", NO_EXPIRY)) <= now:
+                if float(meta.get(EXPIRES_AT, NO_EXPIRY)) <= now:
                     expired.append(eid)
                     continue
-                last = max(float(meta.get("last_access", 0.0)), buffered.get(eid, 0.0))
-                ages.append(EntryAge(eid, float(meta.get("created_at", 0.0)), last))
+                last = max(float(meta.get(LAST_ACCESS, 0.0)), buffered.get(eid, 0.0))
+                ages.append(EntryAge(eid, float(meta.get(CREATED_AT, 0.0)), last))
             if expired:
                 self.entries.delete(expired)
                 self._stats.incr("expired", len(expired))

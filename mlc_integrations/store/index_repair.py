@@ -38,9 +38,13 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .schema import COLLECTION_DIM, VECTOR_TIERS
+
 log = logging.getLogger(__name__)
 
-VECTOR_TIERS = ("l1", "l1_static", "l2_fprint", "l2_image", "l2_prompt")  # the exact tier is read by id only
+__all__ = ["VECTOR_TIERS", "INDEX_CHECK_MODES", "IndexCheck", "OpenMarkers", "PinnedCollection", "PinnedIds",
+           "default_check_index", "finds_own_vector", "repair", "unreachable_ids"]
+
 _BATCH = 256  # rows per get/upsert while repairing
 _PROCESS_TOKEN = uuid.uuid4().hex  # tells this process from an earlier one that had the same pid
 
@@ -55,7 +59,8 @@ def default_check_index(mode: str) -> str:
     "after_crash", 8 of 40 opens served a lost vector, each an open with no crash to detect;
     with "always" 0 of 40, for a check of 0.011 s at 1k entries and 0.65 s at 100k
     (docs/operations.md, "What `after_crash` does not cover"). ``"after_crash"`` otherwise:
-    an in-memory store starts empty, and a client passed in may be either kind."""
+    an in-memory store starts empty, a client passed in may be either kind, and Chroma
+    Cloud runs its own index (for these "after_crash" checks nothing: no marker)."""
     return "always" if mode in ("persistent", "server") else "after_crash"
 
 
@@ -77,7 +82,7 @@ class IndexCheck:
 
 # ---------------------------------------------------------------------- finding unreachable rows
 def _probe_vector(col: Any) -> Optional[list[float]]:
-    dim = (col.metadata or {}).get("dim")
+    dim = (col.metadata or {}).get(COLLECTION_DIM)
     if dim:
         return [1.0 / float(dim) ** 0.5] * int(dim)
     got = col.get(limit=1, include=["embeddings"])

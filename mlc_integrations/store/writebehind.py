@@ -20,31 +20,13 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from .entries import NewEntry, image_row_id
+from .entries import NewEntry
+from .schema import PART, entry_of_row
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MAX_PENDING = 256
 DEFAULT_BATCH = 32
-
-
-def _vectors_of(e: NewEntry, tier: str) -> list[tuple[str, np.ndarray, dict[str, Any]]]:
-    """(row id, vector, metadata) of one pending entry's rows in a vector tier. A deferred
-    image encoding runs here: a lookup asks for image vectors only after the pre-screen
-    found this entry's fingerprint near its picture."""
-    if tier == "l1" and e.has_l1:  # a deferred text encoding runs here: the pre-screen found this entry near
-        return [(e.entry_id, e.text_vector(), {"part": e.partitions["l1"]})]  # type: ignore[list-item]
-    if tier == "l1_static" and e.static_vec is not None:
-        return [(e.entry_id, e.static_vec, {"part": e.partitions["l1"]})]
-    if not e.has_l2:
-        return []
-    if tier == "l2_prompt":
-        return [(e.entry_id, e.prompt_vec, {"part": e.partitions["l2_prompt"]})]  # type: ignore[list-item]
-    rows = e.image_vectors() if tier == "l2_image" else e.fprint_vecs if tier == "l2_fprint" else None
-    if rows is None:
-        return []
-    return [(image_row_id(e.entry_id, i), v, {"part": e.partitions["l2_image"][i], "entry_id": e.entry_id, "idx": i})
-            for i, v in enumerate(rows)]
 
 
 class PendingEntries:
@@ -88,12 +70,18 @@ class PendingEntries:
 
     def neighbours(self, tier: str, vec: np.ndarray, part: str,
                    threshold: float) -> list[tuple[str, float, dict[str, Any]]]:
+        """Pending rows of partition ``part`` in ``tier`` at or above ``threshold``, by brute
+        force. Entries of other partitions are passed over before any vector is touched: a
+        deferred encoding runs only for an entry of the caller's own partition (the
+        pre-screen found it near this request), never for another tenant's."""
         with self._cond:
             entries = list(self._entries.values())
         rows = []
         for e in entries:
-            for rid, v, meta in _vectors_of(e, tier):
-                if meta["part"] != part or v.shape != vec.shape:
+            if not e.in_partition(tier, part):
+                continue
+            for rid, v, meta in e.rows(tier):
+                if meta[PART] != part or v.shape != vec.shape:
                     continue
                 sim = min(1.0, float(np.dot(vec, v)))
                 if sim >= threshold:
@@ -101,10 +89,13 @@ class PendingEntries:
         return rows
 
     def vectors(self, tier: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
+        """Pending vectors of the rows ``ids`` of ``tier``; only the entries those rows
+        belong to are read (and their deferred vectors computed)."""
         want = set(ids)
+        owners = {entry_of_row(i) for i in want} | want  # an entry row's id is the entry id
         with self._cond:
-            entries = list(self._entries.values())
-        return {rid: v for e in entries for rid, v, _m in _vectors_of(e, tier) if rid in want}
+            entries = [e for eid, e in self._entries.items() if eid in owners]
+        return {rid: v for e in entries for rid, v, _m in e.rows(tier) if rid in want}
 
     def drain(self, timeout: Optional[float] = None) -> bool:
         """Wait until every accepted entry is written (or dropped on error). False on timeout."""

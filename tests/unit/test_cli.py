@@ -19,7 +19,7 @@ from mlc_integrations.ops.cli import build_parser, main
 from mlc_integrations.ops.inspection import size_on_disk
 from mlc_integrations.keys import scope_digest
 from mlc_integrations.request import CacheRequest
-from mlc_integrations.store.chroma import TIER_COLLECTIONS
+from mlc_integrations.store.schema import TIERS
 from mlc_integrations import StorageOptions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -64,7 +64,7 @@ def test_stats_reports_the_stored_cache_per_scope_namespace_and_tier(cache_dir: 
     assert out["bytes_on_disk"] == size_on_disk(cache_dir) and out["bytes_on_disk"] > 0
     (c,) = out["caches"]
     assert c["prefix"] == "mlc" and c["entries"] == 5 and c["expired"] == 1
-    assert c["tiers"] == {t: 5 if t in ("exact", "l1", "l1_static") else 0 for t in TIER_COLLECTIONS}  # no L2 rows
+    assert c["tiers"] == {t: 5 if t in ("exact", "l1", "l1_static") else 0 for t in (tier.name for tier in TIERS)}  # no L2 rows
     m1, m2 = scope_digest("m1"), scope_digest("m2")
     assert c["entries_per_scope"] == {m1: 4, m2: 1}
     assert c["entries_per_namespace"] == {scope_digest("default"): 4, scope_digest("tenant-b"): 1}

@@ -200,3 +200,88 @@ def test_stats_read_and_never_wait_for_the_writer(make_engine) -> None:
     assert result["write_behind_depth"] >= 0 and result["entries"] == 0
     eng.flush()
     assert eng.stats()["entries"] == 1 and eng.stats()["write_behind_depth"] == 0
+
+# ---------------------------------------------------------------------- deferred vectors of pending entries
+def _pending_entry(eid: str, part: str, calls: dict[str, int], *, images: int = 0) -> Any:
+    """A pending entry whose text (and image) vectors are deferred; ``calls`` counts the encoder runs."""
+    import numpy as np
+
+    from mlc_integrations.store.entries import EntryKeys, EntryMeta, NewEntry
+
+    vec = np.ones(4, dtype=np.float32) / 2.0
+
+    def embed_text() -> Any:
+        calls[f"text:{eid}"] = calls.get(f"text:{eid}", 0) + 1
+        return vec
+
+    def embed_images() -> Any:
+        calls[f"images:{eid}"] = calls.get(f"images:{eid}", 0) + 1
+        return np.stack([vec] * images)
+
+    keys = EntryKeys(scope="s", ns="n", ctx="c", imgs="i", n_images=images)
+    return NewEntry(entry_id=eid, document='"x"', meta=EntryMeta(keys, created_at=0.0, last_access=0.0),
+                    partitions={"l1": part, "l2_prompt": part, "l2_image": [part] * images},
+                    embed_text=embed_text, text_model="t",
+                    prompt_vec=vec if images else None, embed_images=embed_images if images else None)
+
+
+def _held_queue() -> Any:
+    """PendingEntries whose writer never finishes a write while the test runs."""
+    from mlc_integrations.store.writebehind import PendingEntries
+
+    release = threading.Event()
+    pending = PendingEntries(lambda batch: release.wait(30), after_write=lambda: None, on_error=lambda e, n: None)
+    return pending, release
+
+
+def test_a_lookup_never_encodes_the_pending_entries_of_another_partition() -> None:
+    import numpy as np
+
+    calls: dict[str, int] = {}
+    pending, release = _held_queue()
+    try:
+        pending.submit(_pending_entry("held", "tenant-b", calls))  # taken by the (held) writer
+        for i in range(3):
+            pending.submit(_pending_entry(f"b{i}", "tenant-b", calls, images=2))
+        pending.submit(_pending_entry("a0", "tenant-a", calls, images=2))
+        q = np.ones(4, dtype=np.float32) / 2.0
+        assert [r[0] for r in pending.neighbours("l1", q, "tenant-a", 0.9)] == ["a0"]
+        assert [r[0] for r in pending.neighbours("l2_image", q, "tenant-a", 0.9)] == ["a0#0", "a0#1"]
+        assert set(pending.vectors("l1", ["a0"])) == {"a0"}
+        assert set(pending.vectors("l2_image", ["a0#1"])) == {"a0#1"}
+        assert calls == {"text:a0": 1, "images:a0": 1}  # the other tenant's entries: no model work
+    finally:
+        release.set()
+        pending.close()
+
+
+def test_two_threads_asking_for_one_deferred_vector_run_the_encoder_once() -> None:
+    import numpy as np
+
+    from mlc_integrations.store.entries import EntryKeys, EntryMeta, NewEntry
+
+    runs = []
+    inside, release, second_run = threading.Event(), threading.Event(), threading.Event()
+
+    def embed_text() -> Any:
+        runs.append(threading.current_thread().name)
+        if len(runs) > 1:
+            second_run.set()
+        inside.set()
+        assert release.wait(30)
+        return np.full(4, float(len(runs)), dtype=np.float32)
+
+    e = NewEntry(entry_id="e", document='"x"', partitions={"l1": "p"}, embed_text=embed_text,
+                 meta=EntryMeta(EntryKeys("s", "n", "c", "i", 0), created_at=0.0, last_access=0.0))
+    got: dict[str, Any] = {}
+    first = threading.Thread(target=lambda: got.setdefault("writer", e.text_vector()), name="writer")
+    first.start()
+    assert inside.wait(30)  # the writer is inside the encoder
+    second = threading.Thread(target=lambda: got.setdefault("lookup", e.text_vector()), name="lookup")
+    second.start()
+    second_run.wait(1.0)  # an unlocked second computation would start the encoder again by now
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert runs == ["writer"]
+    assert got["writer"] is got["lookup"]
