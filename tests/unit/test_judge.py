@@ -30,7 +30,7 @@ def cosine(text_embedder: Any) -> Any:
 
 
 def p_same(judge: PairJudge, cosine: Any, stored: str, new: str) -> float:
-    return judge.probability(stored, new, cosine(stored, new))
+    return judge.probability(stored=stored, new=new, cosine=cosine(stored, new))
 
 
 # ----------------------------------------------------------------------------- what ships
@@ -100,7 +100,7 @@ def test_a_swapped_object_under_a_rewording_is_refused(judge: PairJudge, cosine:
     """Relations in scenes: the reworded relation hides a different object."""
     stored = "is the triangle higher up than the yellow circle?"
     assert p_same(judge, cosine, stored, "is the triangle above the orange circle?") < judge.threshold
-    assert "yellow → orange" in difference(stored, "is the triangle above the orange circle?")
+    assert "yellow → orange" in difference(stored=stored, new="is the triangle above the orange circle?")
 
 
 def test_a_pair_is_scored_the_same_alone_and_in_a_batch(judge: PairJudge, cosine: Any) -> None:
@@ -120,7 +120,7 @@ def test_a_pair_is_scored_the_same_alone_and_in_a_batch(judge: PairJudge, cosine
     ("Easy vegan pasta recipe", "Easy pasta recipe", "dropped: vegan"),
 ])
 def test_a_refusal_names_what_the_user_changed(stored: str, new: str, named: str) -> None:
-    assert named in difference(stored, new)
+    assert named in difference(stored=stored, new=new)
 
 
 def test_a_different_city_is_refused_and_named(make_engine: Any) -> None:
@@ -134,12 +134,12 @@ def test_a_different_city_is_refused_and_named(make_engine: Any) -> None:
 
 def test_a_refusal_never_names_a_rewording_as_its_reason() -> None:
     for stored, new in DIFFERENT + REWORDINGS:
-        reason = refusal_reason(stored, new, 0.2, 0.5)
+        reason = refusal_reason(stored=stored, new=new, probability=0.2, threshold=0.5)
         assert "rewording" not in reason and "synonym" not in reason and reason.strip()
 
 
 def test_case_and_punctuation_alone_are_not_named_as_a_difference() -> None:
-    assert difference("how do i reset my router", "How do I reset my router?") == ""
+    assert difference(stored="how do i reset my router", new="How do I reset my router?") == ""
 
 
 # ----------------------------------------------------------------------------- through the engine

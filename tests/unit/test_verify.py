@@ -28,7 +28,7 @@ from mlc_integrations import VerifierOptions, WriteOptions
 
 
 def sig(a: str, b: str, cos: float = 0.9) -> dict[str, float]:
-    return extract_signals(a, b, cos)
+    return extract_signals(stored=a, new=b, cosine=cos)
 
 
 # ----------------------------------------------------------------------------- signals
@@ -89,8 +89,8 @@ def test_question_word_entity_order_length_signals() -> None:
 def test_word_weights_make_rare_differences_count_more() -> None:
     df, n = WordWeights.fit(["how to learn python"] * 10 + ["how to learn java", "learn rust"])
     w = WordWeights(df, n)
-    common = extract_signals("how to learn python", "how to learn", 0.9, w)["diff_weight"]
-    rare = extract_signals("how to learn rust", "how to learn", 0.9, w)["diff_weight"]
+    common = extract_signals(stored="how to learn", new="how to learn python", cosine=0.9, weights=w)["diff_weight"]
+    rare = extract_signals(stored="how to learn", new="how to learn rust", cosine=0.9, weights=w)["diff_weight"]
     assert rare > common > 0
 
 
@@ -119,7 +119,7 @@ def test_shipped_verifier_is_plain_json_with_all_models() -> None:
     assert data["models"]["vectors"]["embedding_head"]["dim"] == 384  # all-MiniLM-L6-v2
     v = Verifier.load()
     assert v.training["command"].startswith("python -m evaluation.training.train_verifier")
-    p, model = v.probability("a", "b", 0.5)
+    p, model = v.probability(stored="b", new="a", cosine=0.5)
     assert model == "full" and 0.0 <= p <= 1.0
 
 
@@ -231,7 +231,7 @@ def test_verifier_probability_uses_the_edit_features(text_embedder: Any) -> None
     v = Verifier.default()
     a, b = "How far is it from Lyon to Nice?", "How far is it from Nice to Lyon?"
     va, vb = text_embedder.embed([a, b])
-    p_swap, model = v.probability(b, a, float(va @ vb))
+    p_swap, model = v.probability(stored=a, new=b, cosine=float(va @ vb))
     assert model == "full" and p_swap < make_policy().threshold  # type: ignore[union-attr]
     rows = np.stack([v.probabilities([(a, b)], [float(va @ vb)])])
     np.testing.assert_allclose(rows.ravel(), [p_swap])
@@ -310,10 +310,10 @@ def test_vectors_model_round_trip_train_save_load_same_decisions(tmp_path: Any) 
 
 def test_vectors_model_only_with_matching_embeddings() -> None:
     ver, *_rest, u, v, _p = _vectors_verifier()
-    assert ver.probability("a b", "a c", 0.9, (u[0], v[0]))[1] == "vectors"
-    assert ver.probability("a b", "a c", 0.9)[1] == "full"  # no embeddings: the texts + cosine model
-    assert ver.probability("a b", "a c", 0.9, (u[0][:4], v[0][:4]))[1] == "full"  # another model's dimension
-    assert ver.probability("a b", "a c", 0.9, (u[0], None))[1] == "full"
+    assert ver.probability(stored="a c", new="a b", cosine=0.9, vectors=(v[0], u[0]))[1] == "vectors"
+    assert ver.probability(stored="a c", new="a b", cosine=0.9)[1] == "full"  # no embeddings: the texts + cosine model
+    assert ver.probability(stored="a c", new="a b", cosine=0.9, vectors=(v[0][:4], u[0][:4]))[1] == "full"  # another model's dimension
+    assert ver.probability(stored="a c", new="a b", cosine=0.9, vectors=(None, u[0]))[1] == "full"
     pol = VerificationPolicy(ver, cosine_matches_verifier=False)
     assert pol.decide("a b", "a c", 0.9, vectors=(u[0], v[0])).model != "vectors"  # not its text model
     pol = VerificationPolicy(ver)  # the head is opt-in
@@ -391,7 +391,7 @@ def test_error_bounded_explore_label_update_loop() -> None:
     # Per entry: wrong labels make that entry refused although its band is accepted.
     p_ok = 0.93
     d = pol.decide("q", "s", p_ok, entry_id="bad", request_key="x0", stored_answer="A")
-    band = pol._est.band_of(pol.verifier.probability("q", "s", p_ok)[0])
+    band = pol._est.band_of(pol.verifier.probability(stored="s", new="q", cosine=p_ok)[0])
     for i in range(500):
         pol.record_label(f"ok{i}", band, right=True)
     pol.record_label("bad", band, right=False)
@@ -422,7 +422,7 @@ def test_error_bounded_explores_would_be_hits_in_unproven_band() -> None:
 def test_error_bounded_entry_with_proven_neighbourhood_is_accepted_below_threshold() -> None:
     pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.05, explore_rate=0.0,
                              prior_strength=5.0, seed=0)
-    low_band = pol._est.band_of(pol.verifier.probability("q", "s", 0.80)[0])  # p ~ 0.02
+    low_band = pol._est.band_of(pol.verifier.probability(stored="s", new="q", cosine=0.80)[0])  # p ~ 0.02
     assert low_band < pol._est.accept_from
     assert not pol.decide("q", "s", 0.80, entry_id="faq", request_key="r0", stored_answer="A").accept
     for i in range(200):
@@ -443,7 +443,7 @@ def test_error_bounded_wrong_labels_raise_threshold() -> None:
         pol.observe(f"k{i}", "A")
     low = pol.threshold
     for i in range(300):
-        pol.record_label(f"w{i}", pol._est.band_of(pol.verifier.probability("q", "s", 0.93)[0]), right=False)
+        pol.record_label(f"w{i}", pol._est.band_of(pol.verifier.probability(stored="s", new="q", cosine=0.93)[0]), right=False)
     assert pol.threshold > low
 
 
@@ -464,7 +464,7 @@ def test_pending_labels_are_bounded_and_the_oldest_counted_as_expired() -> None:
 
 def test_entry_labels_are_bounded_and_forgotten_with_the_entry() -> None:
     pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.05, max_entries_tracked=2, seed=0)
-    band = pol._est.band_of(pol.verifier.probability("q", "s", 0.80)[0])
+    band = pol._est.band_of(pol.verifier.probability(stored="s", new="q", cosine=0.80)[0])
     pol.record_label("a", band, right=False)
     pol.record_label("b", band, right=False)
     pol.decide("q", "s", 0.80, entry_id="a", request_key="r", stored_answer="A")  # consulted, not labelled
@@ -611,10 +611,10 @@ def test_identical_request_text_is_not_second_guessed() -> None:
     image threshold; no training pair is identical, so the models are not asked."""
     v = Verifier.default()
     q = "What shape is in the image?"
-    assert v.probability(q, q + "  ", 0.999) == (1.0, "full")
-    assert v.probability(q, q, None) == (1.0, "lexical")
+    assert v.probability(stored=q + "  ", new=q, cosine=0.999) == (1.0, "full")
+    assert v.probability(stored=q, new=q, cosine=None) == (1.0, "lexical")
     assert v.probabilities([(q, q), (q, "What colour is the shape?")], [1.0, 0.7]).tolist()[0] == 1.0
-    assert v.probability("What shape is in the image?", "what shape is in the image?", 0.99)[0] < 1.0  # case: L1 judges
+    assert v.probability(stored="what shape is in the image?", new="What shape is in the image?", cosine=0.99)[0] < 1.0  # case: L1 judges
 
 
 def test_text_features_do_not_depend_on_the_string_hash_seed() -> None:
@@ -628,7 +628,7 @@ def test_text_features_do_not_depend_on_the_string_hash_seed() -> None:
             "w = WordWeights({'capital': 3, 'france': 2, 'route': 5}, 40)\n"
             "pairs = [('What is the capital of France?', 'Which city is the capital city of France, please?'),\n"
             "         ('Is the route from Lyon to Nice long?', 'Is the trip from Nice to Lyon by train long and slow?')]\n"
-            "rows = b''.join(text_features(b, a, 0.9, w).tobytes() for a, b in pairs)\n"
+            "rows = b''.join(text_features(stored=a, new=b, cosine=0.9, weights=w).tobytes() for a, b in pairs)\n"
             "print(hashlib.sha256(rows).hexdigest())")
     out = set()
     for seed in ("0", "1", "2"):
