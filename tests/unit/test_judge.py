@@ -138,6 +138,45 @@ def test_a_refusal_never_names_a_rewording_as_its_reason() -> None:
         assert "rewording" not in reason and "synonym" not in reason and reason.strip()
 
 
+def test_a_refusal_names_the_edit_the_model_read_where_a_word_diff_names_another() -> None:
+    """A word diff sees two names exchanged; the edit analysis, whose features the model
+    reads, sees a moved block (no directional word between them): the refusal names that."""
+    from mlc_integrations.verify.text.edits import EDIT_FEATURE_NAMES, analyse
+
+    stored, new = "Did England beat France in the last World Cup?", "Did France beat England in the last World Cup?"
+    a, b = stored.split(), new.split()
+    assert sorted(a) == sorted(b) and [i for i in range(len(a)) if a[i] != b[i]] == [1, 3]  # "swapped: England ↔ France"
+    e = analyse(stored=stored, new=new)
+    f = dict(zip(EDIT_FEATURE_NAMES, e.features))
+    assert e.kind == "reordering" and f["edit_moved"] > 0 and f["edit_swap_directional"] == 0
+    reason = refusal_reason(stored=stored, new=new, probability=0.2, threshold=0.5)
+    assert reason.startswith(e.changes[0].text + " (")
+    assert reason.startswith("reordered: England beat France → France beat England")
+
+
+def test_the_refusal_lists_the_analysed_edits_most_answer_changing_first() -> None:
+    from mlc_integrations.verify.text.edits import analyse
+
+    stored, new = "Is the red cup on the left?", "Is the blue cup on the right?"
+    e = analyse(stored=stored, new=new)
+    named = [c for c in e.changes if c.text]
+    assert [c.rank for c in named] == sorted(c.rank for c in named)
+    assert difference(stored=stored, new=new) == "; ".join(c.text for c in named)
+    assert difference(stored=stored, new=new).startswith({"antonym": "different: left → right",
+                                                           "co-hyponym": "different: red → blue"}[e.kind])
+
+
+def test_the_policy_refusal_detail_is_the_analysis_text() -> None:
+    from mlc_integrations.verify import make_policy
+    from mlc_integrations.verify.text.edits import analyse
+
+    pol = make_policy()
+    assert pol is not None and pol.judge is None
+    stored, new = "How long is the drive from New York to Florida?", "How long is the drive from Florida to New York?"
+    d = pol.decide(new, stored, 0.97)
+    assert not d.accept and d.detail.startswith(analyse(stored=stored, new=new).what_changed())
+
+
 def test_case_and_punctuation_alone_are_not_named_as_a_difference() -> None:
     assert difference(stored="how do i reset my router", new="How do I reset my router?") == ""
 

@@ -23,6 +23,7 @@ from mlc_integrations.verify import (
     extract_signals,
     make_policy,
     pair_features,
+    text_features,
 )
 from mlc_integrations import VerifierOptions, WriteOptions
 
@@ -636,3 +637,108 @@ def test_text_features_do_not_depend_on_the_string_hash_seed() -> None:
         out.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                check=True).stdout.strip())
     assert len(out) == 1 and len(next(iter(out))) == 64
+
+
+# ----------------------------------------------------------------------------- argument order
+def test_every_pair_function_takes_stored_and_new_by_keyword() -> None:
+    """One convention, (stored, new), and keyword-only: a positional call from the old
+    (new, stored) order fails instead of silently swapping the sides."""
+    import inspect
+
+    from mlc_integrations.verify.explain import difference, refusal_reason
+    from mlc_integrations.verify.text.edits import EditAnalyser, analyse, edit_features
+    from mlc_integrations.verify.text.judge import PairJudge
+
+    for fn in (Verifier.probability, PairJudge.probability, PairJudge.features, text_features, extract_signals,
+               analyse, edit_features, EditAnalyser.analyse, difference, refusal_reason):
+        params = inspect.signature(fn).parameters
+        assert params["stored"].kind is params["new"].kind is inspect.Parameter.KEYWORD_ONLY, fn
+        names = [n for n in params if n in ("stored", "new")]
+        assert names == ["stored", "new"], fn
+
+
+def test_a_swapped_positional_call_is_refused() -> None:
+    from mlc_integrations.verify.text.edits import analyse
+
+    v = Verifier.default()
+    with pytest.raises(TypeError):
+        v.probability("new text", "stored text", 0.9)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        text_features("new text", "stored text", 0.9)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        analyse("stored text", "new text")  # type: ignore[misc]
+
+
+def test_the_sides_are_not_interchangeable() -> None:
+    """Why the order matters: an added constraint read the other way is a dropped one."""
+    from mlc_integrations.verify.text.edits import analyse
+
+    a, b = "Easy pasta recipe", "Easy pasta recipe for beginners"
+    assert analyse(stored=a, new=b).what_changed() == "added: for beginners"
+    assert analyse(stored=b, new=a).what_changed() == "dropped: for beginners"
+
+
+def test_the_signals_are_symmetric_so_their_order_cannot_matter() -> None:
+    pairs = [("How far is it from Lyon to Nice?", "How far is it from Nice to Lyon by train?"),
+             ("Is there a cat?", "Is there no cat in the picture?"), ("What is 15% of 80?", "What is 25% of 90?")]
+    for a, b in pairs:
+        assert extract_signals(stored=a, new=b, cosine=0.9) == extract_signals(stored=b, new=a, cosine=0.9)
+
+
+def test_batch_and_single_probabilities_read_the_pair_the_same_way() -> None:
+    v = Verifier.default()
+    a, b = "Best pasta recipe", "Best pasta recipe for beginners"
+    one, _ = v.probability(stored=a, new=b, cosine=0.9)
+    assert v.probabilities([(a, b)], [0.9])[0] == pytest.approx(one)
+
+
+# ----------------------------------------------------------------------------- the engine's text model
+class _CountingEmbedder:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def embed(self, texts: Any) -> np.ndarray:
+        self.calls += 1
+        return np.tile(np.asarray([[0.6, 0.8]], dtype=np.float32), (len(texts), 1))
+
+
+def test_the_policy_uses_the_text_model_it_is_given() -> None:
+    emb = _CountingEmbedder()
+    pol = make_policy(text_embedder=emb)
+    assert pol is not None and pol.text_embedder() is emb
+    assert pol._text_cosine("a", "b") == pytest.approx(1.0) and emb.calls == 1
+
+
+def test_a_text_model_passed_as_a_function_is_fetched_only_when_needed() -> None:
+    emb = _CountingEmbedder()
+    asked: list[int] = []
+    pol = make_policy(text_embedder=lambda: asked.append(1) or emb)
+    assert pol is not None and not asked
+    assert pol._text_cosine("a", "b") == pytest.approx(1.0) and asked == [1]
+
+
+def test_without_one_the_policy_shares_the_named_models_instance() -> None:
+    """No second copy: the engine's TextEmbedder.shared instance of the same model."""
+    from mlc_integrations.embed.models import TextEmbedder
+
+    pol = make_policy(text_model=None)
+    assert pol is not None and pol.text_embedder() is TextEmbedder.shared(None)
+
+
+def test_the_judge_reads_the_cosine_of_the_engines_text_model() -> None:
+    """An L2 candidate (no text-model cosine): the judge gets the given model's cosine."""
+    from mlc_integrations.verify.text.judge import PairJudge
+
+    class _Judge(PairJudge):
+        def __init__(self) -> None:  # no model files: records what it is asked
+            self.threshold, self.seen = 0.5, []
+
+        def probability(self, *, stored: str, new: str, cosine: float) -> float:
+            self.seen.append((stored, new, cosine))
+            return 0.9
+
+    emb, judge = _CountingEmbedder(), _Judge()
+    pol = VerificationPolicy(Verifier.default(), judge=judge, text_embedder=emb)
+    d = pol.decide("What colour is the car?", "What color is the car?", None)
+    assert d.model == "judge" and judge.seen == [("What color is the car?", "What colour is the car?", pytest.approx(1.0))]
+    assert emb.calls == 1

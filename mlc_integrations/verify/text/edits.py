@@ -243,7 +243,6 @@ class _Alignment:
         self.gap_a: dict[int, int] = {}  # unmatched token -> its gap in the first alignment
         self.gap_b: dict[int, int] = {}
         self.first_match: dict[int, int] = {}
-        self.moved: list[int] = []  # stored-side words found elsewhere in the new request
 
     def add(self, rank: int, kind: str, detail: str = "", text: str = "") -> None:
         self.events.append(Change(rank, kind, detail, text))
@@ -437,8 +436,7 @@ class _Alignment:
                         self.f[_F["edit_degree" if degree else "edit_inflection"]] += 1
                         self.add(26 if degree else 85, "degree change" if degree else "inflection",
                                  f"{ti.low} -> {tj.low}", self._text([i], [j]))
-                    else:
-                        self.moved.append(i)
+
                     break
 
     def _substitutions(self, ca: list[int], cb: list[int], match: dict[int, int]) -> None:
@@ -526,6 +524,7 @@ class _Alignment:
         moved = directional = symmetric = 0
         swapped: tuple[str, str] = ("", "")
         args: dict[str, set[tuple[int, int]]] = {"directional": set(), "symmetric": set()}
+        out_of_order: Counter[tuple[int, int]] = Counter()  # word -> discordant pairs it is in
         for x in range(len(pairs)):
             for y in range(x + 1, len(pairs)):
                 (i1, j1), (i2, j2) = pairs[x], pairs[y]
@@ -544,6 +543,7 @@ class _Alignment:
                         args["directional"] |= {pairs[x], pairs[y]}
                 else:
                     moved += 1
+                    out_of_order.update((pairs[x], pairs[y]))
         # the words displaced around swapped arguments are not a separate moved block
         moved = 0 if directional or symmetric else moved
         f[_F["edit_moved"]], f[_F["edit_swap_directional"]], f[_F["edit_swap_symmetric"]] = moved, directional, symmetric
@@ -552,7 +552,18 @@ class _Alignment:
         elif symmetric:
             self.add(75, "symmetric swap", "", self._swap_text(args["symmetric"]))
         elif moved:
-            self.add(78, "reordering", "", f"moved: {self._written(wa, self.moved)}" if self.moved else "")
+            self.add(78, "reordering", "", self._moved_text(out_of_order))
+
+    def _moved_text(self, out_of_order: Counter[tuple[int, int]]) -> str:
+        """"moved: Excel" (the words out of order with the most others), or the whole
+        stretch when every word moved alike: "reordered: England beat France → France beat England"."""
+        most = max(out_of_order.values())
+        words = [p for p, n in out_of_order.items() if n == most]
+        if len(words) < len(out_of_order):
+            return f"moved: {self._written(self.wa, [i for i, _ in words])}"
+        ia, ib = sorted(i for i, _ in words), sorted(j for _, j in words)
+        return (f"reordered: {self._written(self.wa, range(ia[0], ia[-1] + 1))} → "
+                f"{self._written(self.wb, range(ib[0], ib[-1] + 1))}")
 
     def _swap_text(self, pairs: set[tuple[int, int]]) -> str:
         """"swapped: A ↔ B" for two words, else the stretch from the first to the last
