@@ -65,11 +65,9 @@ def test_unit_and_date_signals() -> None:
 
 def test_attribute_and_content_signals() -> None:
     s = sig("is there a red shape?", "is there a blue shape?")
-    assert s["attribute_mismatch"] == 2 and s["content_substituted"] == 1
-    s = sig("is there a triangle?", "is there a circle?")
-    assert s["attribute_mismatch"] == 2
+    assert s["content_substituted"] == 1
     s = sig("is there a triangle?", "is there a triangle in the image?")
-    assert s["attribute_mismatch"] == 0 and s["content_substituted"] == 0 and s["content_added"] == 1
+    assert s["content_substituted"] == 0 and s["content_added"] == 1
     s = sig("What is the best Christmas gift you've ever given?", "What is the best Christmas gift you've ever received?")
     assert s["content_substituted"] == 1
     # plurals fold, so they are not a difference

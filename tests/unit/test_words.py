@@ -74,7 +74,7 @@ def test_the_copy_check_finds_a_copied_class() -> None:
 @pytest.mark.parametrize("module,name,shared", [
     (signals, "NEGATIONS", "NEGATIONS"), (signals, "MODALS", "MODALS"), (signals, "WH_WORDS", "WH_WORDS"),
     (signals, "NUMBER_WORDS", "NUMBER_WORDS"), (signals, "AMBIGUOUS_NUMBERS", "AMBIGUOUS_NUMBERS"),
-    (signals, "STOPWORDS", "STOPWORDS"), (signals, "ATTRIBUTE_WORDS", "ATTRIBUTE_WORDS"),
+    (signals, "STOPWORDS", "STOPWORDS"),
     (tokens, "NUMBER_WORDS", "NUMBER_WORDS"), (tokens, "MODALS", "MODALS"), (tokens, "WH", "WH"),
     (tokens, "NEGATED_BASES", "NEGATED_BASES"), (signals, "NEGATED_BASES", "NEGATED_BASES"),
     (edits, "NEGATIONS", "NEGATIONS"), (edits, "MODALS", "MODALS"), (edits, "AMBIGUOUS_NUMBERS", "AMBIGUOUS_NUMBERS"),

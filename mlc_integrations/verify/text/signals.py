@@ -23,7 +23,6 @@ from ...runtime.lru import LRU
 from .edits import EDIT_FEATURE_NAMES, edit_features
 from .words import (
     AMBIGUOUS_NUMBERS,
-    ATTRIBUTE_WORDS,
     MODALS,
     MONTHS,
     NEGATED_BASES,
@@ -37,9 +36,9 @@ from .words import (
     WH_WORDS,
 )
 
-# Negation, numbers, units and dates change an answer by themselves; attribute words
-# (colour, shape, size, direction, comparison, ...) are the content words whose swap most
-# often changes it. The word classes: :mod:`.words`.
+# Negation, numbers, units and dates change an answer by themselves. Which swapped content
+# word changes it (left/right, red/blue) the edit features say, from the lexicon's
+# antonyms and co-hyponyms (:mod:`.edits`). The word classes: :mod:`.words`.
 
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'"})
 _TOKEN = re.compile(
@@ -76,7 +75,6 @@ class TextProfile:
     wh: frozenset[str]
     modals: frozenset[str]
     content: list[str]  # stems of content words, in order
-    attributes: frozenset[str]
     entities: frozenset[str]
     char3: frozenset[str]
     bigrams: frozenset[tuple[str, str]]
@@ -148,7 +146,6 @@ def profile(text: str) -> TextProfile:
         wh=frozenset(t for t in tokens if t in WH_WORDS),
         modals=frozenset(t for t in tokens if t in MODALS),
         content=content,
-        attributes=frozenset(c for c in content if c in ATTRIBUTE_WORDS),
         entities=entities,
         char3=frozenset(squashed[i:i + 3] for i in range(len(squashed) - 2)),
         bigrams=frozenset(zip(tokens, tokens[1:])),
@@ -224,7 +221,14 @@ SIGNAL_NAMES: tuple[str, ...] = (
     "number_diff",  # how many numbers differ
     "unit_mismatch",  # units/currency differ: km vs miles, $ vs €
     "date_mismatch",  # months, weekdays, relative time differ
-    "attribute_mismatch",  # colour/shape/size/direction/polarity words on one side only
+    # Always 0: it counted words of a hand-made list (easy-vqa's colours and shapes, some
+    # sizes and directions) on one side only; the edit features carry that generally
+    # (edit_sub_antonym, edit_sub_cohyponym, edit_constraint_modifier). Kept as a column so
+    # that verifier files and the judge's feature layout keep their meaning. Measured with
+    # the shipped trees (0 against the list): no answer-changing pair more reused on the
+    # contrast suite's test split, the fresh pairs, easy-vqa test or qqp_val held out; 3 more
+    # same-answer qqp pairs reused ("full" model; docs/verification.md, "The signals").
+    "attribute_mismatch",
     "wh_mismatch",  # question words differ: how vs why
     "modal_mismatch",  # can/should/will differ
     "entity_diff",  # capitalized names on one side only
@@ -274,7 +278,7 @@ def signals_from_profiles(a: TextProfile, b: TextProfile, cosine: float,
             float(num_diff),
             float(a.units != b.units),
             float(a.dates != b.dates),
-            float(len(a.attributes ^ b.attributes)),
+            0.0,  # attribute_mismatch (see SIGNAL_NAMES)
             float(a.wh != b.wh),
             float(a.modals != b.modals),
             float(len(a.entities ^ b.entities)),

@@ -83,39 +83,15 @@ WEEKDAYS = _words("monday tuesday wednesday thursday friday saturday sunday")
 RELATIVE_TIME = _words("today tomorrow yesterday tonight now currently before after ago next last previous "
                        "past future recent recently latest earlier later morning evening night weekend")
 
-# ---------------------------------------------------------------------------- the signals' content words
-# Words whose swap most often changes an answer (size, comparison, direction, polarity,
-# state): the signals' ``attribute_mismatch`` counts those on one side only.
-ATTRIBUTE_WORDS = _words(
-    # colours
-    "red green blue yellow black white gray grey brown teal orange purple pink violet "
-    "cyan magenta gold silver beige maroon navy turquoise "
-    # shapes
-    "circle square rectangle triangle oval ellipse star diamond hexagon pentagon cube "
-    "sphere cylinder cone line dot round "
-    # size, amount, comparison, ordering
-    "big small large tiny huge short long tall high low wide narrow thick thin heavy light "
-    "more less most least many few much little fewer greater smaller bigger larger higher "
-    "lower longer shorter better worse best worst top bottom maximum minimum max min "
-    "increase decrease rise fall "
-    # direction, position
-    "left right up down above below over under inside outside front back behind north south "
-    "east west upper lower forward backward "
-    # polarity, state
-    "true false yes good bad positive negative hot cold warm cool old new young early late "
-    "open closed on off alive dead male female man woman men women boy girl "
-    "first last same different possible impossible legal illegal safe dangerous "
-    "cheap expensive fast slow easy hard difficult rich poor happy sad love hate "
-    "buy sell win lost start stop begin end enter exit import export")
-
+# ---------------------------------------------------------------------------- the signals' stop words
 # Words the signals never count as content: the function words above that the signals'
 # tokenizer sees, plus request verbs and vague nouns ("thing", "way") and the pieces of
-# contractions it splits ("s", "ll"). Attribute words stay content.
+# contractions it splits ("s", "ll").
 _SIGNAL_STOPWORDS_OTHER = _words(
-    "a an the and or but if then so than that this these those there here of to in on at by "
+    "a an the and or but if then so than that this these those there here of to in at by "
     "for with from into onto about as is are was were be been being am do does did doing done "
     "have has had having get gets got getting also just very really any some all each every such own "
-    "other another only even still too quite rather much via per vs versus etc ever one ones "
+    "other another only even still too quite rather via per vs versus etc ever one ones "
     "someone something anyone anything way ways thing things lot lots please tell know "
     "like make makes made s t d ll re ve")
-STOPWORDS = (_SIGNAL_STOPWORDS_OTHER | WH_WORDS | MODALS | PRONOUNS) - ATTRIBUTE_WORDS
+STOPWORDS = _SIGNAL_STOPWORDS_OTHER | WH_WORDS | MODALS | PRONOUNS
