@@ -214,10 +214,10 @@ def cmd_experiment(args: argparse.Namespace) -> None:
     if args.show:
         for i in np.nonzero(used & (ys == 0))[0]:
             print(f"- reused wrongly ({kinds[i]}): {s_te.a[i]!r} -> {s_te.b[i]!r} p {ps[i]:.3f} "
-                  f"[{analyse(s_te.a[i], s_te.b[i]).explain()}]")
+                  f"[{analyse(stored=s_te.a[i], new=s_te.b[i]).explain()}]")
         for i in np.nonzero(reach & ~used & (ys == 1))[0]:
             print(f"- paraphrase refused ({kinds[i]}): {s_te.a[i]!r} -> {s_te.b[i]!r} p {ps[i]:.3f} "
-                  f"[{analyse(s_te.a[i], s_te.b[i]).explain()}]")
+                  f"[{analyse(stored=s_te.a[i], new=s_te.b[i]).explain()}]")
 
 
 def cmd_latency(args: argparse.Namespace) -> None:
@@ -240,13 +240,13 @@ def cmd_latency(args: argparse.Namespace) -> None:
               f"{(time.perf_counter() - t0) / len(word_pairs) * 1e6:.1f} µs per pair")
     pairs = [(r["a"], r["b"]) for r in rows] + list(zip(qqp.a[:args.n], qqp.b[:args.n]))
     for a, b in pairs[:50]:
-        analyse(a, b)
+        analyse(stored=a, new=b)
     timed = EditAnalyser(lex)  # its own pair memo: the warm-up's pairs are not served from memory
     times: dict[str, list[float]] = defaultdict(list)
     for label, sel in (("suite", pairs[:len(rows)]), ("qqp_val", pairs[len(rows):])):
         for a, b in sel:  # each pair once: the lexicon's word cache warms as in a running cache
             t0 = time.perf_counter()
-            timed.analyse(a, b)
+            timed.analyse(stored=a, new=b)
             times[label].append((time.perf_counter() - t0) * 1000)
     for label, ts in times.items():
         print(f"edit analysis per pair, {label} ({len(ts)} pairs): median {statistics.median(ts):.3f} ms, "

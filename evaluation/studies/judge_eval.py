@@ -237,7 +237,7 @@ def cmd_latency(args: argparse.Namespace) -> None:
     times, enc_times = [], []
     for i in range(n):
         t0 = time.perf_counter()
-        j.probability(p.a[i], p.b[i], float(cos[i]))
+        j.probability(stored=p.a[i], new=p.b[i], cosine=float(cos[i]))
         times.append((time.perf_counter() - t0) * 1000)
     res = {"backend": j.backend, "pairs": n, "p50_ms": float(np.percentile(times, 50)),
            "p90_ms": float(np.percentile(times, 90)), "p99_ms": float(np.percentile(times, 99)),

@@ -51,7 +51,7 @@ def features(a: Sequence[str], b: Sequence[str], cos: np.ndarray) -> np.ndarray:
     from mlc_integrations.verify import Verifier, text_features
 
     w = Verifier.default().weights
-    return np.stack([text_features(nb, sa, float(c), w, True) for sa, nb, c in zip(a, b, cos)])
+    return np.stack([text_features(stored=sa, new=nb, cosine=float(c), weights=w) for sa, nb, c in zip(a, b, cos)])
 
 
 

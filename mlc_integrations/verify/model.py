@@ -298,13 +298,16 @@ class Verifier:
         dim = self.head_dim()
         return dim is not None and np.shape(vectors[0])[-1] == dim == np.shape(vectors[1])[-1]
 
-    def probability(self, new_text: Optional[str], stored_text: Optional[str], cosine: Optional[float],
+    def probability(self, *, stored: Optional[str], new: Optional[str], cosine: Optional[float],
                     vectors: Optional[tuple[Any, Any]] = None) -> tuple[float, str]:
         """(P(reuse correct), model name) for one pair; (nan, '') if nothing applies.
 
-        ``vectors``: the two texts' normalized embeddings (new, stored) from the text
+        ``stored`` / ``new``: the two requests' texts (None when unknown), keyword-only
+        like everywhere in the verifier: the edit features are not symmetric.
+        ``vectors``: the two texts' normalized embeddings (stored, new) from the text
         model the verifier was trained with; they select the "vectors" model.
         """
+        new_text, stored_text = new, stored
         have_text = new_text is not None and stored_text is not None
         have_vectors = cosine is not None and self._usable(vectors)
         model = self.model_for(have_text, cosine is not None, have_vectors)
@@ -316,8 +319,9 @@ class Verifier:
             # so the models would extrapolate here.
             return 1.0, model.name
         if have_text:
-            sig = text_features(new_text, stored_text, float(cosine) if cosine is not None else 0.0,  # type: ignore[arg-type]
-                                self.weights, edits=model.reads_edits)
+            sig = text_features(stored=stored_text, new=new_text,  # type: ignore[arg-type]
+                                cosine=float(cosine) if cosine is not None else 0.0,
+                                weights=self.weights, edits=model.reads_edits)
         else:
             sig = np.zeros(len(TEXT_FEATURE_NAMES))
             sig[0] = float(cosine)  # type: ignore[arg-type]
@@ -329,7 +333,8 @@ class Verifier:
         """Batch probabilities (evaluation and tests) of (stored, new) text pairs;
         ``vectors`` = (stored rows, new rows) of embeddings for the "vectors" model."""
         edits = self.models[model].reads_edits
-        x = np.stack([text_features(b, a, float(c), self.weights, edits, (profile(b), profile(a)))
+        x = np.stack([text_features(stored=a, new=b, cosine=float(c), weights=self.weights, edits=edits,
+                                    profiles=(profile(a), profile(b)))
                       for (a, b), c in zip(pairs, cosines)])
         u, v = vectors if vectors is not None else (None, None)
         same = np.asarray([exact_text(a) == exact_text(b) for a, b in pairs])

@@ -83,7 +83,7 @@ class Decision:
     model: str = ""
     band: int = -1
     tier: str = ""
-    detail: str = ""  # on a refusal: the model and the edit it saw ("argument swap: Lyon <-> Nice")
+    detail: str = ""  # on a refusal: the edit the model saw and its confidence ("swapped: Lyon ↔ Nice (verifier, ...)")
 
     @property
     def verified(self) -> bool:
@@ -140,6 +140,7 @@ class VerificationPolicy:
         max_entries_tracked: int = 100_000,
         seed: Optional[int] = None,
         judge: Any = None,
+        text_embedder: Any = None,
     ) -> None:
         if not (0.0 < min_precision < 1.0):
             raise ValueError("min_precision must be in (0, 1)")
@@ -159,6 +160,10 @@ class VerificationPolicy:
         # "default": the shipped judge (what make_policy gives the engine); None: trees only.
         self.judge: Optional[PairJudge] = (default_judge() if judge == "default" and cosine_matches_verifier
                                            else judge if isinstance(judge, PairJudge) else None)
+        # The engine's sentence model (an object with ``embed(texts)``, or a function that
+        # returns it when first needed): the judge's cosine on the L2 prompt side comes from
+        # it, never from a second copy of the model. None: the shipped default model.
+        self._text_embedder = text_embedder
         # Opt-in: the "vectors" model raised qqp_val's cross-validated AP (0.802 -> 0.817)
         # but lowered common paraphrases ("capital city of France" / "capital of France":
         # 0.88 -> 0.54; "picture" / "image": 0.89 -> 0.68): it learns Quora's labelling
@@ -242,9 +247,10 @@ class VerificationPolicy:
         if self.judge is not None and new_text is not None and stored_text is not None and cosine is not None:
             # the same request text (an L2 candidate: a near-identical picture) is not second-guessed
             same = exact_text(new_text) == exact_text(stored_text)
-            p, model = (1.0 if same else self.judge.probability(stored_text, new_text, cosine)), "judge"
+            p, model = (1.0 if same else self.judge.probability(stored=stored_text, new=new_text, cosine=cosine)), "judge"
         else:
-            p, model = self.verifier.probability(new_text, stored_text, cosine, vectors if self.embedding_head else None)
+            uv = (vectors[1], vectors[0]) if vectors is not None and self.embedding_head else None  # (stored, new)
+            p, model = self.verifier.probability(stored=stored_text, new=new_text, cosine=cosine, vectors=uv)
         if not model:
             self._warn_once("unverified", "verifier has no model for candidates without stored text and without "
                             "the cosine of its text model; accepting on the raw thresholds")
@@ -269,18 +275,25 @@ class VerificationPolicy:
         if not d.accept:
             d.detail = f"model {model}"
             if new_text is not None and stored_text is not None:  # what the user changed, in their words
-                d.detail = refusal_reason(stored_text, new_text, p, d.threshold,
-                                          "judge" if model == "judge" else f"verifier, model {model}")
+                d.detail = refusal_reason(stored=stored_text, new=new_text, probability=p, threshold=d.threshold,
+                                          who="judge" if model == "judge" else f"verifier, model {model}")
         return d
 
-    @staticmethod
-    def _text_cosine(new_text: str, stored_text: str) -> Optional[float]:
+    def text_embedder(self) -> Any:
+        """The sentence model the judge's cosine comes from: the engine's (passed in), else
+        the shipped default model."""
+        emb = self._text_embedder
+        if emb is None:
+            from ..embed.models import TextEmbedder
+
+            return TextEmbedder.shared(None)
+        return emb if hasattr(emb, "embed") else emb()
+
+    def _text_cosine(self, new_text: str, stored_text: str) -> Optional[float]:
         """The L1 model's cosine of two texts (memoized embeddings), for candidates scored by
         another model (L2's CLIP prompt side); None when it cannot be computed."""
         try:
-            from ..embed.models import TextEmbedder
-
-            u, v = TextEmbedder.shared(None).embed([new_text, stored_text])
+            u, v = self.text_embedder().embed([new_text, stored_text])
             return float(np.dot(u, v))
         except Exception as exc:  # the judge is skipped, the trees decide
             log.debug("text cosine for the judge unavailable: %s", exc)
@@ -436,7 +449,7 @@ class VerificationPolicy:
         if not any(m.reads_edits for m in self.verifier.models.values()):
             return 0.0
         t0 = time.perf_counter()
-        analyse("warm up", "warm up now")
+        analyse(stored="warm up", new="warm up now")
         return time.perf_counter() - t0
 
     def reset_stats(self) -> None:
@@ -459,6 +472,7 @@ def make_policy(
     text_model: Optional[str] = None,
     seed: Optional[int] = None,
     embedding_head: bool = False,
+    text_embedder: Any = None,
 ) -> Optional[VerificationPolicy]:
     """The policy for the engine's ``verifier`` option.
 
@@ -466,6 +480,8 @@ def make_policy(
     deciding where both texts are known (opt-in, see below); ``None``/``"off"``/``False`` no verification
     (raw cosine thresholds, as other semantic caches); a path to a verifier JSON; a
     :class:`Verifier`; or a ready :class:`VerificationPolicy` (used as is).
+    ``text_embedder``: the engine's loaded sentence model (or a function returning it), so
+    that the verifier never loads a second copy; without it, the named ``text_model``.
     """
     if verifier is None or verifier is False or verifier == "off":
         if max_false_hit_rate is not None:
@@ -501,4 +517,16 @@ def make_policy(
     judge = "default" if wants_judge and not embedding_head else None
     return VerificationPolicy(v, min_precision=min_precision, max_false_hit_rate=max_false_hit_rate,
                               explore_rate=explore_rate, cosine_matches_verifier=same_model, seed=seed,
-                              embedding_head=embedding_head, judge=judge)
+                              embedding_head=embedding_head, judge=judge,
+                              text_embedder=text_embedder if text_embedder is not None else _named_embedder(text_model))
+
+
+def _named_embedder(text_model: Optional[str]) -> Callable[[], Any]:
+    """The shared instance of the named sentence model, when first needed (the engine's,
+    when it serves that model on the default backend)."""
+    def get() -> Any:
+        from ..embed.models import TextEmbedder
+
+        return TextEmbedder.shared(text_model)
+
+    return get

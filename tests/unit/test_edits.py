@@ -2,26 +2,23 @@
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 import pytest
 
 from mlc_integrations.verify.text.edits import EDIT_FEATURE_NAMES, EditAnalysis, analyse, edit_features, tokenize
 
 
-def kind(a: str, b: str) -> str:
-    return analyse(a, b).kind
+def kind(stored: str, new: str) -> str:
+    return analyse(stored=stored, new=new).kind
 
 
-def feat(a: str, b: str) -> dict[str, float]:
-    return analyse(a, b).as_dict()
+def feat(stored: str, new: str) -> dict[str, float]:
+    return analyse(stored=stored, new=new).as_dict()
 
 
 # ----------------------------------------------------------------------------- surface
 def test_identical() -> None:
-    e = analyse("Where is Rome?", "Where is Rome?")
+    e = analyse(stored="Where is Rome?", new="Where is Rome?")
     assert e.kind == "identical" and e.as_dict()["edit_identical"] == 1
 
 
@@ -33,7 +30,7 @@ def test_identical() -> None:
     ("What's the time?", "What is the time?", "contraction or spelling"),
 ])
 def test_surface_only_edits(a: str, b: str, expected: str) -> None:
-    e = analyse(a, b)
+    e = analyse(stored=a, new=b)
     assert e.kind == expected
     assert e.as_dict()["edit_surface_only"] == 1
     assert e.as_dict()["edit_protected_changed"] == 0
@@ -47,7 +44,7 @@ def test_surface_only_edits(a: str, b: str, expected: str) -> None:
     ("Does ^\\d+$ match it?", "Does ^\\D+$ match it?"),  # an unquoted regex is code too
 ])
 def test_case_or_space_inside_quotes_or_code_is_a_change(a: str, b: str) -> None:
-    e = analyse(a, b)
+    e = analyse(stored=a, new=b)
     assert e.kind == "quoted/code change"
     f = e.as_dict()
     assert f["edit_protected_changed"] == 1 and f["edit_protected_case_space"] == 1
@@ -61,14 +58,14 @@ def test_other_change_inside_quotes() -> None:
 
 def test_indentation_of_structured_text() -> None:
     a = "Is this valid?\nitems:\n  - a\n  - b"
-    e = analyse(a, "Is this valid?\nitems:\n  - a\n    - b")
+    e = analyse(stored=a, new="Is this valid?\nitems:\n  - a\n    - b")
     assert e.kind == "structure change"
     assert e.as_dict()["edit_structure_changed"] == 1
 
 
 # ----------------------------------------------------------------------------- order
 def test_directional_argument_swap() -> None:
-    e = analyse("How far is it from Lyon to Nice by train?", "How far is it from Nice to Lyon by train?")
+    e = analyse(stored="How far is it from Lyon to Nice by train?", new="How far is it from Nice to Lyon by train?")
     assert e.kind == "argument swap"
     assert e.as_dict()["edit_swap_directional"] >= 1
     assert kind("Is a horse heavier than a cow?", "Is a cow heavier than a horse?") == "argument swap"
@@ -78,20 +75,20 @@ def test_directional_argument_swap() -> None:
 def test_swapped_numbers_are_arguments() -> None:
     """Operands swapped around a directional word change the answer; around a
     coordinator, or moved with no shared word between them, they do not."""
-    e = analyse("What is 18 divided by 6?", "What is 6 divided by 18?")
+    e = analyse(stored="What is 18 divided by 6?", new="What is 6 divided by 18?")
     assert e.kind == "argument swap" and e.as_dict()["edit_swap_directional"] >= 1
     assert e.as_dict()["edit_number_changed"] == 0  # the same numbers, in another order
     assert kind("Take 3 away from 11.", "Take 11 away from 3.") == "argument swap"
     assert kind("Is 40 more than 25?", "Is 25 more than 40?") == "argument swap"
     assert kind("Add 8 and 5.", "Add 5 and 8.") == "symmetric swap"
-    assert analyse("In 1999, how many of 4 teams won?", "How many of 4 teams won in 1999?").as_dict()[
+    assert analyse(stored="In 1999, how many of 4 teams won?", new="How many of 4 teams won in 1999?").as_dict()[
         "edit_swap_directional"] == 0
 
 
 def test_symmetric_swap_and_moved_block() -> None:
-    e = analyse("What do lions and tigers eat?", "What do tigers and lions eat?")
+    e = analyse(stored="What do lions and tigers eat?", new="What do tigers and lions eat?")
     assert e.kind == "symmetric swap" and e.as_dict()["edit_swap_directional"] == 0
-    e = analyse("In Excel, how do I freeze a row?", "How do I freeze a row in Excel?")
+    e = analyse(stored="In Excel, how do I freeze a row?", new="How do I freeze a row in Excel?")
     assert e.kind == "reordering" and e.as_dict()["edit_moved"] >= 1
     assert e.as_dict()["edit_swap_directional"] == 0
 
@@ -109,17 +106,17 @@ def test_symmetric_swap_and_moved_block() -> None:
     ("What colour is the sky?", "What color is the sky?", "spelling variant", "edit_sub_synonym"),
 ])
 def test_word_substitutions(a: str, b: str, expected: str, feature: str) -> None:
-    e = analyse(a, b)
+    e = analyse(stored=a, new=b)
     assert e.kind == expected, e.explain()
     assert e.as_dict()[feature] >= 1
 
 
 def test_substitution_detail_names_the_words() -> None:
-    assert analyse("Is the light on?", "Is the light off?").detail == "on -> off"
+    assert analyse(stored="Is the light on?", new="Is the light off?").detail == "on -> off"
 
 
 def test_multiword_entity_is_one_unit() -> None:
-    e = analyse("Flights to New York?", "Flights to Boston?")
+    e = analyse(stored="Flights to New York?", new="Flights to Boston?")
     assert e.kind == "different entity" and "new york" in e.detail
 
 
@@ -135,7 +132,7 @@ def test_multiword_entity_is_one_unit() -> None:
 def test_inserted_constraint_is_classified_by_its_content(a: str, b: str, feature: str) -> None:
     f = feat(a, b)
     assert f[feature] >= 1 and f["edit_ins_content"] >= 1
-    assert analyse(b, a).as_dict()[feature] >= 1  # a deleted constraint counts too
+    assert analyse(stored=b, new=a).as_dict()[feature] >= 1  # a deleted constraint counts too
 
 
 # ----------------------------------------------------------------------------- closed classes
@@ -154,7 +151,7 @@ def test_inserted_constraint_is_classified_by_its_content(a: str, b: str, featur
     ("Which car is more reliable?", "Which car is less reliable?", "degree change", "edit_degree"),
 ])
 def test_closed_class_edits(a: str, b: str, expected: str, feature: str) -> None:
-    e = analyse(a, b)
+    e = analyse(stored=a, new=b)
     assert e.kind == expected, e.explain()
     assert e.as_dict()[feature] >= 1
 
@@ -165,7 +162,7 @@ def test_ambiguous_number_word_is_not_a_number_alone() -> None:
 
 
 def test_request_frame_is_not_modality() -> None:
-    e = analyse("What is the capital of Chile?", "Could you tell me the capital of Chile?")
+    e = analyse(stored="What is the capital of Chile?", new="Could you tell me the capital of Chile?")
     assert e.kind == "request form"
     f = e.as_dict()
     assert f["edit_request_form"] > 0 and f["edit_modal"] == 0 and f["edit_wh"] == 0 and f["edit_ins_content"] == 0
@@ -183,7 +180,7 @@ def test_question_word_asked_another_way_is_not_a_change(a: str, b: str) -> None
 
 
 def test_greeting_and_thanks_are_request_frame() -> None:
-    e = analyse("How do I reset my router?", "Hello, how do I reset my router? Thank you in advance.")
+    e = analyse(stored="How do I reset my router?", new="Hello, how do I reset my router? Thank you in advance.")
     assert e.kind == "request form"
     assert e.as_dict()["edit_ins_content"] == 0
     assert kind("I cannot log in.", "I can't log in.") == "contraction or spelling"
@@ -203,15 +200,15 @@ def test_paraphrase_with_synonym_and_inflection_names_no_content_change() -> Non
 def test_feature_vector_is_fixed_length_and_deterministic() -> None:
     pairs = [("a", "b"), ("How are you?", "How are you?"), ("x = 1", "x =  1"), ("", "something")]
     for a, b in pairs:
-        v = edit_features(a, b)
+        v = edit_features(stored=a, new=b)
         assert v.shape == (len(EDIT_FEATURE_NAMES),)
         assert np.isfinite(v).all()
-        assert np.array_equal(v, edit_features(a, b))
+        assert np.array_equal(v, edit_features(stored=a, new=b))
     assert len(set(EDIT_FEATURE_NAMES)) == len(EDIT_FEATURE_NAMES)
 
 
 def test_explanation_and_secondary_notes() -> None:
-    e = analyse("Is the red cup on the left?", "Is the blue cup on the right?")
+    e = analyse(stored="Is the red cup on the left?", new="Is the blue cup on the right?")
     assert isinstance(e, EditAnalysis)
     assert e.kind in ("antonym", "co-hyponym")
     assert any("co-hyponym" in n or "antonym" in n for n in e.notes)
@@ -224,29 +221,7 @@ def test_tokenizer_expands_contractions_and_marks_quotes() -> None:
     assert [t.protected for t in toks if t.low == "ab"] == [True]
 
 
-def test_median_cost_is_well_under_a_millisecond() -> None:
-    pairs = [("What is the person on the left holding?", "What is the person on the right holding?"),
-             ("How do I convert Celsius to Fahrenheit?", "How do I convert Fahrenheit to Celsius?"),
-             ("What does this picture show?", "What is shown in this image?"),
-             ("Explain tides.", "Explain tides in two sentences for a child.")]
-    for a, b in pairs:
-        analyse(a, b)  # warm the lexicon's caches, as a running cache would be
-    times = []
-    for i in range(50):
-        for a, b in pairs:
-            t0 = time.perf_counter()
-            analyse(a + f" {i}", b)
-            times.append(time.perf_counter() - t0)
-    assert statistics.median(times) < 1e-3
-
-
-def test_long_texts_stay_bounded() -> None:
-    # a pasted document: repetitive, thousands of words; the alignment must not go quadratic
-    pairs = [("what is it? " * 500, "how is it? " * 500),
-             (" ".join(["cat", "dog", "red", "run"] * 400), " ".join(["dog", "cat", "blue", "walk"] * 400)),
-             ("lorem ipsum dolor " * 800 + "is it red?", "lorem ipsum dolor " * 800 + "is it blue?")]
-    for a, b in pairs:
-        t0 = time.perf_counter()
-        e = analyse(a, b)
-        assert time.perf_counter() - t0 < 5.0, e.kind  # measured 0.03-0.3 s on a loaded 2-core machine
-    assert analyse(*pairs[2]).kind == "co-hyponym"
+def test_a_pasted_document_is_analysed_like_a_short_request() -> None:
+    # thousands of repetitive words (their cost: benchmarks/edit_analysis.py)
+    stored, new = "lorem ipsum dolor " * 800 + "is it red?", "lorem ipsum dolor " * 800 + "is it blue?"
+    assert analyse(stored=stored, new=new).kind == "co-hyponym"

@@ -30,7 +30,7 @@ def cosine(text_embedder: Any) -> Any:
 
 
 def p_same(judge: PairJudge, cosine: Any, stored: str, new: str) -> float:
-    return judge.probability(stored, new, cosine(stored, new))
+    return judge.probability(stored=stored, new=new, cosine=cosine(stored, new))
 
 
 # ----------------------------------------------------------------------------- what ships
@@ -100,7 +100,7 @@ def test_a_swapped_object_under_a_rewording_is_refused(judge: PairJudge, cosine:
     """Relations in scenes: the reworded relation hides a different object."""
     stored = "is the triangle higher up than the yellow circle?"
     assert p_same(judge, cosine, stored, "is the triangle above the orange circle?") < judge.threshold
-    assert "yellow → orange" in difference(stored, "is the triangle above the orange circle?")
+    assert "yellow → orange" in difference(stored=stored, new="is the triangle above the orange circle?")
 
 
 def test_a_pair_is_scored_the_same_alone_and_in_a_batch(judge: PairJudge, cosine: Any) -> None:
@@ -120,7 +120,7 @@ def test_a_pair_is_scored_the_same_alone_and_in_a_batch(judge: PairJudge, cosine
     ("Easy vegan pasta recipe", "Easy pasta recipe", "dropped: vegan"),
 ])
 def test_a_refusal_names_what_the_user_changed(stored: str, new: str, named: str) -> None:
-    assert named in difference(stored, new)
+    assert named in difference(stored=stored, new=new)
 
 
 def test_a_different_city_is_refused_and_named(make_engine: Any) -> None:
@@ -134,12 +134,51 @@ def test_a_different_city_is_refused_and_named(make_engine: Any) -> None:
 
 def test_a_refusal_never_names_a_rewording_as_its_reason() -> None:
     for stored, new in DIFFERENT + REWORDINGS:
-        reason = refusal_reason(stored, new, 0.2, 0.5)
+        reason = refusal_reason(stored=stored, new=new, probability=0.2, threshold=0.5)
         assert "rewording" not in reason and "synonym" not in reason and reason.strip()
 
 
+def test_a_refusal_names_the_edit_the_model_read_where_a_word_diff_names_another() -> None:
+    """A word diff sees two names exchanged; the edit analysis, whose features the model
+    reads, sees a moved block (no directional word between them): the refusal names that."""
+    from mlc_integrations.verify.text.edits import EDIT_FEATURE_NAMES, analyse
+
+    stored, new = "Did England beat France in the last World Cup?", "Did France beat England in the last World Cup?"
+    a, b = stored.split(), new.split()
+    assert sorted(a) == sorted(b) and [i for i in range(len(a)) if a[i] != b[i]] == [1, 3]  # "swapped: England ↔ France"
+    e = analyse(stored=stored, new=new)
+    f = dict(zip(EDIT_FEATURE_NAMES, e.features))
+    assert e.kind == "reordering" and f["edit_moved"] > 0 and f["edit_swap_directional"] == 0
+    reason = refusal_reason(stored=stored, new=new, probability=0.2, threshold=0.5)
+    assert reason.startswith(e.changes[0].text + " (")
+    assert reason.startswith("reordered: England beat France → France beat England")
+
+
+def test_the_refusal_lists_the_analysed_edits_most_answer_changing_first() -> None:
+    from mlc_integrations.verify.text.edits import analyse
+
+    stored, new = "Is the red cup on the left?", "Is the blue cup on the right?"
+    e = analyse(stored=stored, new=new)
+    named = [c for c in e.changes if c.text]
+    assert [c.rank for c in named] == sorted(c.rank for c in named)
+    assert difference(stored=stored, new=new) == "; ".join(c.text for c in named)
+    assert difference(stored=stored, new=new).startswith({"antonym": "different: left → right",
+                                                           "co-hyponym": "different: red → blue"}[e.kind])
+
+
+def test_the_policy_refusal_detail_is_the_analysis_text() -> None:
+    from mlc_integrations.verify import make_policy
+    from mlc_integrations.verify.text.edits import analyse
+
+    pol = make_policy()
+    assert pol is not None and pol.judge is None
+    stored, new = "How long is the drive from New York to Florida?", "How long is the drive from Florida to New York?"
+    d = pol.decide(new, stored, 0.97)
+    assert not d.accept and d.detail.startswith(analyse(stored=stored, new=new).what_changed())
+
+
 def test_case_and_punctuation_alone_are_not_named_as_a_difference() -> None:
-    assert difference("how do i reset my router", "How do I reset my router?") == ""
+    assert difference(stored="how do i reset my router", new="How do I reset my router?") == ""
 
 
 # ----------------------------------------------------------------------------- through the engine

@@ -23,12 +23,13 @@ from mlc_integrations.verify import (
     extract_signals,
     make_policy,
     pair_features,
+    text_features,
 )
 from mlc_integrations import VerifierOptions, WriteOptions
 
 
 def sig(a: str, b: str, cos: float = 0.9) -> dict[str, float]:
-    return extract_signals(a, b, cos)
+    return extract_signals(stored=a, new=b, cosine=cos)
 
 
 # ----------------------------------------------------------------------------- signals
@@ -64,11 +65,9 @@ def test_unit_and_date_signals() -> None:
 
 def test_attribute_and_content_signals() -> None:
     s = sig("is there a red shape?", "is there a blue shape?")
-    assert s["attribute_mismatch"] == 2 and s["content_substituted"] == 1
-    s = sig("is there a triangle?", "is there a circle?")
-    assert s["attribute_mismatch"] == 2
+    assert s["content_substituted"] == 1
     s = sig("is there a triangle?", "is there a triangle in the image?")
-    assert s["attribute_mismatch"] == 0 and s["content_substituted"] == 0 and s["content_added"] == 1
+    assert s["content_substituted"] == 0 and s["content_added"] == 1
     s = sig("What is the best Christmas gift you've ever given?", "What is the best Christmas gift you've ever received?")
     assert s["content_substituted"] == 1
     # plurals fold, so they are not a difference
@@ -89,8 +88,8 @@ def test_question_word_entity_order_length_signals() -> None:
 def test_word_weights_make_rare_differences_count_more() -> None:
     df, n = WordWeights.fit(["how to learn python"] * 10 + ["how to learn java", "learn rust"])
     w = WordWeights(df, n)
-    common = extract_signals("how to learn python", "how to learn", 0.9, w)["diff_weight"]
-    rare = extract_signals("how to learn rust", "how to learn", 0.9, w)["diff_weight"]
+    common = extract_signals(stored="how to learn", new="how to learn python", cosine=0.9, weights=w)["diff_weight"]
+    rare = extract_signals(stored="how to learn", new="how to learn rust", cosine=0.9, weights=w)["diff_weight"]
     assert rare > common > 0
 
 
@@ -119,7 +118,7 @@ def test_shipped_verifier_is_plain_json_with_all_models() -> None:
     assert data["models"]["vectors"]["embedding_head"]["dim"] == 384  # all-MiniLM-L6-v2
     v = Verifier.load()
     assert v.training["command"].startswith("python -m evaluation.training.train_verifier")
-    p, model = v.probability("a", "b", 0.5)
+    p, model = v.probability(stored="b", new="a", cosine=0.5)
     assert model == "full" and 0.0 <= p <= 1.0
 
 
@@ -231,7 +230,7 @@ def test_verifier_probability_uses_the_edit_features(text_embedder: Any) -> None
     v = Verifier.default()
     a, b = "How far is it from Lyon to Nice?", "How far is it from Nice to Lyon?"
     va, vb = text_embedder.embed([a, b])
-    p_swap, model = v.probability(b, a, float(va @ vb))
+    p_swap, model = v.probability(stored=a, new=b, cosine=float(va @ vb))
     assert model == "full" and p_swap < make_policy().threshold  # type: ignore[union-attr]
     rows = np.stack([v.probabilities([(a, b)], [float(va @ vb)])])
     np.testing.assert_allclose(rows.ravel(), [p_swap])
@@ -310,10 +309,10 @@ def test_vectors_model_round_trip_train_save_load_same_decisions(tmp_path: Any) 
 
 def test_vectors_model_only_with_matching_embeddings() -> None:
     ver, *_rest, u, v, _p = _vectors_verifier()
-    assert ver.probability("a b", "a c", 0.9, (u[0], v[0]))[1] == "vectors"
-    assert ver.probability("a b", "a c", 0.9)[1] == "full"  # no embeddings: the texts + cosine model
-    assert ver.probability("a b", "a c", 0.9, (u[0][:4], v[0][:4]))[1] == "full"  # another model's dimension
-    assert ver.probability("a b", "a c", 0.9, (u[0], None))[1] == "full"
+    assert ver.probability(stored="a c", new="a b", cosine=0.9, vectors=(v[0], u[0]))[1] == "vectors"
+    assert ver.probability(stored="a c", new="a b", cosine=0.9)[1] == "full"  # no embeddings: the texts + cosine model
+    assert ver.probability(stored="a c", new="a b", cosine=0.9, vectors=(v[0][:4], u[0][:4]))[1] == "full"  # another model's dimension
+    assert ver.probability(stored="a c", new="a b", cosine=0.9, vectors=(None, u[0]))[1] == "full"
     pol = VerificationPolicy(ver, cosine_matches_verifier=False)
     assert pol.decide("a b", "a c", 0.9, vectors=(u[0], v[0])).model != "vectors"  # not its text model
     pol = VerificationPolicy(ver)  # the head is opt-in
@@ -391,7 +390,7 @@ def test_error_bounded_explore_label_update_loop() -> None:
     # Per entry: wrong labels make that entry refused although its band is accepted.
     p_ok = 0.93
     d = pol.decide("q", "s", p_ok, entry_id="bad", request_key="x0", stored_answer="A")
-    band = pol._est.band_of(pol.verifier.probability("q", "s", p_ok)[0])
+    band = pol._est.band_of(pol.verifier.probability(stored="s", new="q", cosine=p_ok)[0])
     for i in range(500):
         pol.record_label(f"ok{i}", band, right=True)
     pol.record_label("bad", band, right=False)
@@ -422,7 +421,7 @@ def test_error_bounded_explores_would_be_hits_in_unproven_band() -> None:
 def test_error_bounded_entry_with_proven_neighbourhood_is_accepted_below_threshold() -> None:
     pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.05, explore_rate=0.0,
                              prior_strength=5.0, seed=0)
-    low_band = pol._est.band_of(pol.verifier.probability("q", "s", 0.80)[0])  # p ~ 0.02
+    low_band = pol._est.band_of(pol.verifier.probability(stored="s", new="q", cosine=0.80)[0])  # p ~ 0.02
     assert low_band < pol._est.accept_from
     assert not pol.decide("q", "s", 0.80, entry_id="faq", request_key="r0", stored_answer="A").accept
     for i in range(200):
@@ -443,7 +442,7 @@ def test_error_bounded_wrong_labels_raise_threshold() -> None:
         pol.observe(f"k{i}", "A")
     low = pol.threshold
     for i in range(300):
-        pol.record_label(f"w{i}", pol._est.band_of(pol.verifier.probability("q", "s", 0.93)[0]), right=False)
+        pol.record_label(f"w{i}", pol._est.band_of(pol.verifier.probability(stored="s", new="q", cosine=0.93)[0]), right=False)
     assert pol.threshold > low
 
 
@@ -464,7 +463,7 @@ def test_pending_labels_are_bounded_and_the_oldest_counted_as_expired() -> None:
 
 def test_entry_labels_are_bounded_and_forgotten_with_the_entry() -> None:
     pol = VerificationPolicy(_logistic_verifier(), max_false_hit_rate=0.05, max_entries_tracked=2, seed=0)
-    band = pol._est.band_of(pol.verifier.probability("q", "s", 0.80)[0])
+    band = pol._est.band_of(pol.verifier.probability(stored="s", new="q", cosine=0.80)[0])
     pol.record_label("a", band, right=False)
     pol.record_label("b", band, right=False)
     pol.decide("q", "s", 0.80, entry_id="a", request_key="r", stored_answer="A")  # consulted, not labelled
@@ -611,10 +610,10 @@ def test_identical_request_text_is_not_second_guessed() -> None:
     image threshold; no training pair is identical, so the models are not asked."""
     v = Verifier.default()
     q = "What shape is in the image?"
-    assert v.probability(q, q + "  ", 0.999) == (1.0, "full")
-    assert v.probability(q, q, None) == (1.0, "lexical")
+    assert v.probability(stored=q + "  ", new=q, cosine=0.999) == (1.0, "full")
+    assert v.probability(stored=q, new=q, cosine=None) == (1.0, "lexical")
     assert v.probabilities([(q, q), (q, "What colour is the shape?")], [1.0, 0.7]).tolist()[0] == 1.0
-    assert v.probability("What shape is in the image?", "what shape is in the image?", 0.99)[0] < 1.0  # case: L1 judges
+    assert v.probability(stored="what shape is in the image?", new="What shape is in the image?", cosine=0.99)[0] < 1.0  # case: L1 judges
 
 
 def test_text_features_do_not_depend_on_the_string_hash_seed() -> None:
@@ -628,7 +627,7 @@ def test_text_features_do_not_depend_on_the_string_hash_seed() -> None:
             "w = WordWeights({'capital': 3, 'france': 2, 'route': 5}, 40)\n"
             "pairs = [('What is the capital of France?', 'Which city is the capital city of France, please?'),\n"
             "         ('Is the route from Lyon to Nice long?', 'Is the trip from Nice to Lyon by train long and slow?')]\n"
-            "rows = b''.join(text_features(b, a, 0.9, w).tobytes() for a, b in pairs)\n"
+            "rows = b''.join(text_features(stored=a, new=b, cosine=0.9, weights=w).tobytes() for a, b in pairs)\n"
             "print(hashlib.sha256(rows).hexdigest())")
     out = set()
     for seed in ("0", "1", "2"):
@@ -636,3 +635,108 @@ def test_text_features_do_not_depend_on_the_string_hash_seed() -> None:
         out.add(subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                                check=True).stdout.strip())
     assert len(out) == 1 and len(next(iter(out))) == 64
+
+
+# ----------------------------------------------------------------------------- argument order
+def test_every_pair_function_takes_stored_and_new_by_keyword() -> None:
+    """One convention, (stored, new), and keyword-only: a positional call from the old
+    (new, stored) order fails instead of silently swapping the sides."""
+    import inspect
+
+    from mlc_integrations.verify.explain import difference, refusal_reason
+    from mlc_integrations.verify.text.edits import EditAnalyser, analyse, edit_features
+    from mlc_integrations.verify.text.judge import PairJudge
+
+    for fn in (Verifier.probability, PairJudge.probability, PairJudge.features, text_features, extract_signals,
+               analyse, edit_features, EditAnalyser.analyse, difference, refusal_reason):
+        params = inspect.signature(fn).parameters
+        assert params["stored"].kind is params["new"].kind is inspect.Parameter.KEYWORD_ONLY, fn
+        names = [n for n in params if n in ("stored", "new")]
+        assert names == ["stored", "new"], fn
+
+
+def test_a_swapped_positional_call_is_refused() -> None:
+    from mlc_integrations.verify.text.edits import analyse
+
+    v = Verifier.default()
+    with pytest.raises(TypeError):
+        v.probability("new text", "stored text", 0.9)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        text_features("new text", "stored text", 0.9)  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        analyse("stored text", "new text")  # type: ignore[misc]
+
+
+def test_the_sides_are_not_interchangeable() -> None:
+    """Why the order matters: an added constraint read the other way is a dropped one."""
+    from mlc_integrations.verify.text.edits import analyse
+
+    a, b = "Easy pasta recipe", "Easy pasta recipe for beginners"
+    assert analyse(stored=a, new=b).what_changed() == "added: for beginners"
+    assert analyse(stored=b, new=a).what_changed() == "dropped: for beginners"
+
+
+def test_the_signals_are_symmetric_so_their_order_cannot_matter() -> None:
+    pairs = [("How far is it from Lyon to Nice?", "How far is it from Nice to Lyon by train?"),
+             ("Is there a cat?", "Is there no cat in the picture?"), ("What is 15% of 80?", "What is 25% of 90?")]
+    for a, b in pairs:
+        assert extract_signals(stored=a, new=b, cosine=0.9) == extract_signals(stored=b, new=a, cosine=0.9)
+
+
+def test_batch_and_single_probabilities_read_the_pair_the_same_way() -> None:
+    v = Verifier.default()
+    a, b = "Best pasta recipe", "Best pasta recipe for beginners"
+    one, _ = v.probability(stored=a, new=b, cosine=0.9)
+    assert v.probabilities([(a, b)], [0.9])[0] == pytest.approx(one)
+
+
+# ----------------------------------------------------------------------------- the engine's text model
+class _CountingEmbedder:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def embed(self, texts: Any) -> np.ndarray:
+        self.calls += 1
+        return np.tile(np.asarray([[0.6, 0.8]], dtype=np.float32), (len(texts), 1))
+
+
+def test_the_policy_uses_the_text_model_it_is_given() -> None:
+    emb = _CountingEmbedder()
+    pol = make_policy(text_embedder=emb)
+    assert pol is not None and pol.text_embedder() is emb
+    assert pol._text_cosine("a", "b") == pytest.approx(1.0) and emb.calls == 1
+
+
+def test_a_text_model_passed_as_a_function_is_fetched_only_when_needed() -> None:
+    emb = _CountingEmbedder()
+    asked: list[int] = []
+    pol = make_policy(text_embedder=lambda: asked.append(1) or emb)
+    assert pol is not None and not asked
+    assert pol._text_cosine("a", "b") == pytest.approx(1.0) and asked == [1]
+
+
+def test_without_one_the_policy_shares_the_named_models_instance() -> None:
+    """No second copy: the engine's TextEmbedder.shared instance of the same model."""
+    from mlc_integrations.embed.models import TextEmbedder
+
+    pol = make_policy(text_model=None)
+    assert pol is not None and pol.text_embedder() is TextEmbedder.shared(None)
+
+
+def test_the_judge_reads_the_cosine_of_the_engines_text_model() -> None:
+    """An L2 candidate (no text-model cosine): the judge gets the given model's cosine."""
+    from mlc_integrations.verify.text.judge import PairJudge
+
+    class _Judge(PairJudge):
+        def __init__(self) -> None:  # no model files: records what it is asked
+            self.threshold, self.seen = 0.5, []
+
+        def probability(self, *, stored: str, new: str, cosine: float) -> float:
+            self.seen.append((stored, new, cosine))
+            return 0.9
+
+    emb, judge = _CountingEmbedder(), _Judge()
+    pol = VerificationPolicy(Verifier.default(), judge=judge, text_embedder=emb)
+    d = pol.decide("What colour is the car?", "What color is the car?", None)
+    assert d.model == "judge" and judge.seen == [("What color is the car?", "What colour is the car?", pytest.approx(1.0))]
+    assert emb.calls == 1

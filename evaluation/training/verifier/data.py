@@ -182,7 +182,7 @@ def signal_matrix(pairs: PairSet, cosines: np.ndarray, weights: Optional[WordWei
 def text_feature_matrix(pairs: PairSet, cosines: np.ndarray, weights: Optional[WordWeights] = None) -> np.ndarray:
     """Rows of :data:`~mlc_integrations.verify.TEXT_FEATURE_NAMES`: the signals and the
     edit features of ``a`` (the stored request) -> ``b`` (the new one)."""
-    edits = np.stack([edit_features(x, z) for x, z in zip(pairs.a, pairs.b)])
+    edits = np.stack([edit_features(stored=x, new=z) for x, z in zip(pairs.a, pairs.b)])
     return np.c_[signal_matrix(pairs, cosines, weights), edits]
 
 

@@ -259,11 +259,11 @@ class PairJudge:
         h = 0.5 * h * (1.0 + np.tanh(0.7978845608028654 * (h + 0.044715 * h ** 3)))  # GELU (tanh form)
         return h @ self.w2 + self.b2
 
-    def features(self, stored: str, new: str, cosine: float) -> np.ndarray:
+    def features(self, *, stored: str, new: str, cosine: float) -> np.ndarray:
         from ..model import Verifier
         from .signals import text_features
 
-        return text_features(new, stored, float(cosine), Verifier.default().weights, True)
+        return text_features(stored=stored, new=new, cosine=float(cosine), weights=Verifier.default().weights)
 
     def probabilities(self, pairs: Sequence[tuple[str, str]], cosines: Sequence[float],
                       feats: Optional[np.ndarray] = None, batch: int = 1) -> np.ndarray:
@@ -271,7 +271,7 @@ class PairJudge:
         alone, as the engine does: no padding, so a pair's score never depends on its batch."""
         enc = self._encoder()
         if feats is None:
-            feats = np.stack([self.features(s, n, c) for (s, n), c in zip(pairs, cosines)])
+            feats = np.stack([self.features(stored=s, new=n, cosine=c) for (s, n), c in zip(pairs, cosines)])
         pooled = np.zeros((len(pairs), int(self.w1.shape[0]) - feats.shape[1]), dtype=np.float32)
         for s in range(0, len(pairs), batch):
             pooled[s:s + batch] = enc.pooled(self.feeds(pairs[s:s + batch]))
@@ -282,7 +282,7 @@ class PairJudge:
         surface = np.asarray([surface_same(s, n) for s, n in pairs], dtype=bool)
         return np.where(surface, 1.0, 1.0 / (1.0 + np.exp(-logit)))
 
-    def probability(self, stored: str, new: str, cosine: float) -> float:
+    def probability(self, *, stored: str, new: str, cosine: float) -> float:
         return float(self.probabilities([(stored, new)], [cosine])[0])
 
 

@@ -1,4 +1,4 @@
-"""Signals of a (new text, stored text) pair: what the verifier's models read.
+"""Signals of a (stored text, new text) pair: what the verifier's models read.
 
 Cheap and deterministic: negation, numbers / units / dates, content and attribute
 words present on one side only, question words, length and word-order cues, overlaps,
@@ -21,89 +21,24 @@ import numpy as np
 
 from ...runtime.lru import LRU
 from .edits import EDIT_FEATURE_NAMES, edit_features
-
-# ---------------------------------------------------------------------------- lexicons
-# Small closed word lists. Negation, numbers, units and dates change an answer by
-# themselves; attribute words (colour, shape, size, direction, comparison, ...) are
-# the content words whose swap most often changes it.
-
-NEGATIONS = frozenset(
-    "not no never none nobody nothing neither nor nowhere without cannot "
-    "dont doesnt didnt isnt arent wasnt werent cant couldnt wont wouldnt shouldnt "
-    "havent hasnt hadnt mustnt neednt aint".split()
-)
-_NT_FIX = {"ca": "can", "wo": "will", "sha": "shall", "ai": "is"}
-
-WH_WORDS = frozenset("what why how when where who whom whose which whether".split())
-MODALS = frozenset("can could should would will shall may might must".split())
-
-_NUMBER_WORDS = {
-    "zero": 0, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7,
-    "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "thirteen": 13,
-    "fourteen": 14, "fifteen": 15, "sixteen": 16, "seventeen": 17, "eighteen": 18,
-    "nineteen": 19, "twenty": 20, "thirty": 30, "forty": 40, "fifty": 50, "sixty": 60,
-    "seventy": 70, "eighty": 80, "ninety": 90, "hundred": 100, "thousand": 1000,
-    "million": 1e6, "billion": 1e9, "trillion": 1e12, "dozen": 12, "half": 0.5,
-    "first": 1, "second": 2, "third": 3, "fourth": 4, "fifth": 5, "sixth": 6,
-    "seventh": 7, "eighth": 8, "ninth": 9, "tenth": 10, "twice": 2, "double": 2, "triple": 3,
-}
-# "one"/"second" are also ordinary words ("which one", "a second opinion"): they count
-# as numbers only when the other side has a number too (see _numbers).
-_AMBIGUOUS_NUMBER_WORDS = frozenset({"one", "second", "half", "double"})
-
-UNITS = frozenset(
-    "% $ € £ ¥ ° percent percentage dollar euro pound rupee yen yuan bitcoin "
-    "kg g mg lb lbs oz ton tonne gram kilogram kilo ounce "
-    "km m cm mm mi mile meter metre kilometer kilometre inch foot feet ft yard "
-    "l ml liter litre gallon cup tablespoon teaspoon "
-    "ms sec second minute min hour hr day week month year decade century "
-    "kb mb gb tb byte bit kbps mbps gbps hz khz mhz ghz w kw watt volt v amp mah "
-    "celsius fahrenheit kelvin calorie kcal mph kph rpm pixel px mp k".split()
-)
-MONTHS = frozenset(
-    "january february march april may june july august september october november december "
-    "jan feb mar apr jun jul aug sep sept oct nov dec".split()
-)
-WEEKDAYS = frozenset("monday tuesday wednesday thursday friday saturday sunday".split())
-RELATIVE_TIME = frozenset(
-    "today tomorrow yesterday tonight now currently before after ago next last previous "
-    "past future recent recently latest earlier later morning evening night weekend".split()
+from .words import (
+    AMBIGUOUS_NUMBERS,
+    MODALS,
+    MONTHS,
+    NEGATED_BASES,
+    NEGATIONS,
+    NUMBER_WORDS,
+    RELATIVE_TIME,
+    STOPWORDS,
+    UNITS,
+    UNMARKED_NEGATIONS,
+    WEEKDAYS,
+    WH_WORDS,
 )
 
-ATTRIBUTE_WORDS = frozenset(
-    # colours
-    "red green blue yellow black white gray grey brown teal orange purple pink violet "
-    "cyan magenta gold silver beige maroon navy turquoise "
-    # shapes
-    "circle square rectangle triangle oval ellipse star diamond hexagon pentagon cube "
-    "sphere cylinder cone line dot round "
-    # size, amount, comparison, ordering
-    "big small large tiny huge short long tall high low wide narrow thick thin heavy light "
-    "more less most least many few much little fewer greater smaller bigger larger higher "
-    "lower longer shorter better worse best worst top bottom maximum minimum max min "
-    "increase decrease rise fall "
-    # direction, position
-    "left right up down above below over under inside outside front back behind north south "
-    "east west upper lower forward backward "
-    # polarity, state
-    "true false yes good bad positive negative hot cold warm cool old new young early late "
-    "open closed on off alive dead male female man woman men women boy girl "
-    "first last same different possible impossible legal illegal safe dangerous "
-    "cheap expensive fast slow easy hard difficult rich poor happy sad love hate "
-    "buy sell win lost start stop begin end enter exit import export".split()
-)
-
-STOPWORDS = frozenset(
-    "a an the and or but if then so than that this these those there here of to in on at by "
-    "for with from into onto about as it its itself i me my mine myself we us our ours you "
-    "your yours yourself he him his she her hers they them their theirs is are was were be "
-    "been being am do does did doing done have has had having get gets got getting "
-    "which who whom whose what why how when where whether can could should would will shall "
-    "may might must also just very really any some all each every such own other another "
-    "only even still too quite rather much via per vs versus etc ever one ones "
-    "someone something anyone anything way ways thing things lot lots please tell know "
-    "like make makes made s t d ll re ve".split()
-) - ATTRIBUTE_WORDS
+# Negation, numbers, units and dates change an answer by themselves. Which swapped content
+# word changes it (left/right, red/blue) the edit features say, from the lexicon's
+# antonyms and co-hyponyms (:mod:`.edits`). The word classes: :mod:`.words`.
 
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'"})
 _TOKEN = re.compile(
@@ -140,7 +75,6 @@ class TextProfile:
     wh: frozenset[str]
     modals: frozenset[str]
     content: list[str]  # stems of content words, in order
-    attributes: frozenset[str]
     entities: frozenset[str]
     char3: frozenset[str]
     bigrams: frozenset[tuple[str, str]]
@@ -170,14 +104,14 @@ def profile(text: str) -> TextProfile:
     for tok in raw:
         if tok.endswith("n't"):
             base = tok[:-3]
-            tokens.append(_NT_FIX.get(base, base))
+            tokens.append(NEGATED_BASES.get(base, base))
             tokens.append("not")
             negations += 1
             continue
         if "'" in tok and not tok.endswith("'s"):
             tok = tok.split("'")[0]
         tokens.append(tok)
-        if tok in NEGATIONS:
+        if tok in NEGATIONS or tok in UNMARKED_NEGATIONS:
             negations += 1
     numbers: list[str] = []
     number_words: list[str] = []
@@ -189,15 +123,15 @@ def profile(text: str) -> TextProfile:
             numbers.append(_number_value(tok))
             continue
         stem = _stem(tok)
-        if tok in _NUMBER_WORDS:
-            (number_words if tok in _AMBIGUOUS_NUMBER_WORDS else numbers).append(f"{float(_NUMBER_WORDS[tok]):g}")
+        if tok in NUMBER_WORDS:
+            (number_words if tok in AMBIGUOUS_NUMBERS else numbers).append(f"{float(NUMBER_WORDS[tok]):g}")
         if tok in UNITS or stem in UNITS:
             units.add(stem if stem in UNITS else tok)
         if tok in MONTHS or tok in WEEKDAYS or tok in RELATIVE_TIME:
             dates.add(tok)
-        if tok in STOPWORDS or tok in NEGATIONS or not tok[0].isalpha():
+        if tok in STOPWORDS or tok in NEGATIONS or tok in UNMARKED_NEGATIONS or not tok[0].isalpha():
             continue
-        if tok in _NUMBER_WORDS:
+        if tok in NUMBER_WORDS:
             continue
         content.append(stem)
     squashed = " " + " ".join(tokens) + " "
@@ -212,7 +146,6 @@ def profile(text: str) -> TextProfile:
         wh=frozenset(t for t in tokens if t in WH_WORDS),
         modals=frozenset(t for t in tokens if t in MODALS),
         content=content,
-        attributes=frozenset(c for c in content if c in ATTRIBUTE_WORDS),
         entities=entities,
         char3=frozenset(squashed[i:i + 3] for i in range(len(squashed) - 2)),
         bigrams=frozenset(zip(tokens, tokens[1:])),
@@ -288,7 +221,14 @@ SIGNAL_NAMES: tuple[str, ...] = (
     "number_diff",  # how many numbers differ
     "unit_mismatch",  # units/currency differ: km vs miles, $ vs €
     "date_mismatch",  # months, weekdays, relative time differ
-    "attribute_mismatch",  # colour/shape/size/direction/polarity words on one side only
+    # Always 0: it counted words of a hand-made list (easy-vqa's colours and shapes, some
+    # sizes and directions) on one side only; the edit features carry that generally
+    # (edit_sub_antonym, edit_sub_cohyponym, edit_constraint_modifier). Kept as a column so
+    # that verifier files and the judge's feature layout keep their meaning. Measured with
+    # the shipped trees (0 against the list): no answer-changing pair more reused on the
+    # contrast suite's test split, the fresh pairs, easy-vqa test or qqp_val held out; 3 more
+    # same-answer qqp pairs reused ("full" model; docs/verification.md, "The signals").
+    "attribute_mismatch",
     "wh_mismatch",  # question words differ: how vs why
     "modal_mismatch",  # can/should/will differ
     "entity_diff",  # capitalized names on one side only
@@ -311,7 +251,8 @@ SIGNAL_NAMES: tuple[str, ...] = (
 
 def signals_from_profiles(a: TextProfile, b: TextProfile, cosine: float,
                           weights: Optional[WordWeights] = None) -> np.ndarray:
-    """The signal vector (order: :data:`SIGNAL_NAMES`) of two profiled texts."""
+    """The signal vector (order: :data:`SIGNAL_NAMES`) of two profiled texts (stored,
+    new). Symmetric: every signal is the same with ``a`` and ``b`` exchanged."""
     wt = weights or _UNIFORM
     ca, cb = set(a.content), set(b.content)
     only_a, only_b = ca - cb, cb - ca
@@ -337,7 +278,7 @@ def signals_from_profiles(a: TextProfile, b: TextProfile, cosine: float,
             float(num_diff),
             float(a.units != b.units),
             float(a.dates != b.dates),
-            float(len(a.attributes ^ b.attributes)),
+            0.0,  # attribute_mismatch (see SIGNAL_NAMES)
             float(a.wh != b.wh),
             float(a.modals != b.modals),
             float(len(a.entities ^ b.entities)),
@@ -369,21 +310,22 @@ TEXT_FEATURE_NAMES: tuple[str, ...] = SIGNAL_NAMES + EDIT_FEATURE_NAMES
 FEATURE_NAMES: tuple[str, ...] = TEXT_FEATURE_NAMES + VECTOR_SIGNAL_NAMES
 
 
-def extract_signals(new_text: str, stored_text: str, cosine: float,
+def extract_signals(*, stored: str, new: str, cosine: float,
                     weights: Optional[WordWeights] = None) -> dict[str, float]:
     """Named signals for one pair (explanations and tests)."""
-    vec = signals_from_profiles(profile(new_text), profile(stored_text), cosine, weights)
+    vec = signals_from_profiles(profile(stored), profile(new), cosine, weights)
     return dict(zip(SIGNAL_NAMES, (float(v) for v in vec)))
 
 
-def text_features(new_text: str, stored_text: str, cosine: float, weights: Optional[WordWeights] = None,
+def text_features(*, stored: str, new: str, cosine: float, weights: Optional[WordWeights] = None,
                   edits: bool = True, profiles: Optional[tuple[TextProfile, TextProfile]] = None) -> np.ndarray:
     """One pair's row of :data:`TEXT_FEATURE_NAMES`: the signals and, if ``edits``, the
-    edit features of ``stored_text`` -> ``new_text`` (zeros when a model does not read
-    them, so the lexicon is never loaded for it)."""
-    pa, pb = profiles if profiles is not None else (cached_profile(new_text), cached_profile(stored_text))
-    sig = signals_from_profiles(pa, pb, cosine, weights)
-    ed = edit_features(stored_text, new_text) if edits else np.zeros(len(EDIT_FEATURE_NAMES))
+    edit features of ``stored`` -> ``new`` (zeros when a model does not read them, so
+    the lexicon is never loaded for it). ``profiles``: the (stored, new) profiles, if
+    already computed. Keyword-only: the edit features are not symmetric."""
+    ps, pn = profiles if profiles is not None else (cached_profile(stored), cached_profile(new))
+    sig = signals_from_profiles(ps, pn, cosine, weights)
+    ed = edit_features(stored=stored, new=new) if edits else np.zeros(len(EDIT_FEATURE_NAMES))
     return np.concatenate([sig, ed])
 
 

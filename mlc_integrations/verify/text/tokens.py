@@ -1,8 +1,8 @@
-"""Text side of the edit analysis (:mod:`mlc_integrations.verify.text.edits`): English closed word
-classes, a tokenizer that keeps case, expands contractions and marks quoted text, code
+"""Text side of the edit analysis (:mod:`mlc_integrations.verify.text.edits`): a tokenizer that keeps case, expands contractions and marks quoted text, code
 and structured data, the token alignment, the surface comparisons (case, spacing,
 punctuation, Unicode forms) that need no alignment, and the words that frame a request
-rather than make its content ("could you", "thanks", "in what year" for "when")."""
+rather than make its content ("could you", "thanks", "in what year" for "when"). The
+closed word classes it reads are :mod:`.words`'."""
 
 from __future__ import annotations
 
@@ -14,48 +14,20 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Optional
 
+from .words import (
+    CONTRACTIONS,
+    MODALS,
+    NEGATED_BASES,
+    NUMBER_WORDS,
+    POLITENESS,
+    REQUEST_VERBS,
+    S_IS_AFTER,
+    UNMARKED_NEGATIONS,
+    WH,
+)
+
 if TYPE_CHECKING:
     from .lexicon import Lexicon
-
-# ---------------------------------------------------------------------------- word classes
-# Closed classes of English grammar (not content words: WordNet does not cover them).
-NEGATION = frozenset("not no never none nobody nothing neither nor nowhere without cannot".split())
-QUANTIFIERS = frozenset("all some any every each both either most many much few several enough whole "
-                        "everything everyone everybody something someone anything anyone".split())
-DEGREE = frozenset("more most less least fewer".split())
-MODALS = frozenset("can could may might must shall should will would ought".split())
-WH = {"what": "what", "which": "what", "who": "who", "whom": "who", "whose": "whose", "why": "why",
-      "how": "how", "when": "when", "where": "where", "whether": "whether"}
-PREPOSITIONS = frozenset(
-    "about above across after against along among around at before behind below beneath beside between "
-    "beyond by down during except for from in inside into near of off on onto out outside over past since "
-    "through throughout till to toward towards under underneath until up upon via with within".split())
-PRONOUNS = frozenset("i me my mine myself you your yours yourself yourselves he him his himself she her hers "
-                     "herself it its itself we us our ours ourselves they them their theirs themselves".split())
-PAST_AUX = frozenset("was were did had".split())
-PRESENT_AUX = frozenset("is are am do does has have".split())
-FUTURE_AUX = frozenset("will shall".split())  # also modals: "will" counts for both
-POLITENESS = frozenset("please kindly thanks thank hi hello hey cheers".split())
-OTHER_FUNCTION = frozenset(
-    "a an the this that these those be been being done having there here as than so if then also just "
-    "very really quite rather too such own other another only even still actually basically simply get got "
-    "getting 's".split())
-COORDINATORS = frozenset("and or nor vs versus plus & , / ;".split())  # "A and B" = "B and A"
-REQUEST_VERBS = frozenset("tell show give let help explain".split())  # "tell me", "let me know"
-FUNCTION_WORDS = (NEGATION | QUANTIFIERS | DEGREE | MODALS | frozenset(WH) | PREPOSITIONS | PRONOUNS
-                  | PAST_AUX | PRESENT_AUX | POLITENESS | OTHER_FUNCTION | COORDINATORS)
-NUMBER_WORDS = {w: float(i) for i, w in enumerate(
-    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty".split())}
-NUMBER_WORDS.update({"thirty": 30, "forty": 40, "fifty": 50, "sixty": 60, "seventy": 70, "eighty": 80,
-                     "ninety": 90, "hundred": 100, "thousand": 1e3, "million": 1e6, "billion": 1e9,
-                     "dozen": 12, "half": 0.5, "twice": 2, "first": 1, "second": 2, "third": 3, "fourth": 4,
-                     "fifth": 5, "tenth": 10})
-AMBIGUOUS_NUMBERS = frozenset({"one", "second", "half"})
-_CONTRACTIONS = {"n't": "not", "'re": "are", "'ve": "have", "'ll": "will", "'m": "am", "'d": "would"}
-_NT_BASE = {"ca": "can", "wo": "will", "sha": "shall", "ai": "is"}
-# 's is "is" after these (what's, it's, there's), a possessive elsewhere (cat's)
-_S_IS = frozenset("it he she that there here what who where how when why which this".split())
 
 # British/American and other spelling variants: orthographic rules, applied to both words.
 _SPELLING = tuple((re.compile(pat), rep) for pat, rep in (
@@ -78,6 +50,7 @@ class Token:
     start: int  # character offset in the text (sentence-initial test)
     protected: bool  # inside quotes, code or structured data
     initial: bool  # first word of a sentence
+    written: str = ""  # the word as the user wrote it, contraction and all ("Can't" for "can" and "not")
 
 
 @lru_cache(maxsize=65536)
@@ -134,16 +107,18 @@ def tokenize(text: str) -> list[Token]:
         parts: list[str] = [low]
         if low == "cannot":
             parts = ["can", "not"]  # as "can't"
-        for suf, full in _CONTRACTIONS.items():
+        elif low in UNMARKED_NEGATIONS:  # "dont" as "don't"
+            parts = [NEGATED_BASES.get(low[:-2], low[:-2]), "not"]
+        for suf, full in CONTRACTIONS.items():
             if low.endswith(suf) and len(low) > len(suf):
                 base = low[: -len(suf)]
-                parts = [_NT_BASE.get(base, base), full] if suf == "n't" else [base, full]
+                parts = [NEGATED_BASES.get(base, base), full] if suf == "n't" else [base, full]
                 break
         else:
             if low.endswith("'s") and len(low) > 2:
-                parts = [low[:-2], "is"] if low[:-2] in _S_IS else [low[:-2]]
-        for k, p in enumerate(parts):
-            out.append(Token(raw if len(parts) == 1 else p, p, m.start(), prot, initial and k == 0))
+                parts = [low[:-2], "is"] if low[:-2] in S_IS_AFTER else [low[:-2]]
+        for n, p in enumerate(parts):
+            out.append(Token(raw if len(parts) == 1 else p, p, m.start(), prot, initial and n == 0, raw))
     return out
 
 
@@ -189,14 +164,17 @@ def spacing(text: str) -> Counter[str]:
     return c
 
 
+def protected_texts(text: str, marks: bool = True) -> list[str]:
+    """The quoted / code spans of ``text`` (NFC), with their quotes and backticks unless
+    ``marks`` is False."""
+    t = unicodedata.normalize("NFC", text)
+    return [t[s:e] if marks else t[s:e].strip("`'\"\u201c\u201d\u2018\u2019") for s, e in protected_spans(t)]
+
+
 def protected_diff(a: str, b: str) -> tuple[int, int]:
     """(spans that differ, of which only in case or spacing) between the quoted/code
     spans of the two texts."""
-    def spans(t: str) -> list[str]:
-        t = unicodedata.normalize("NFC", t)
-        return [t[s:e].strip("`'\"\u201c\u201d\u2018\u2019") for s, e in protected_spans(t)]
-
-    sa, sb = spans(a), spans(b)
+    sa, sb = protected_texts(a, marks=False), protected_texts(b, marks=False)
     if is_structured(a) or is_structured(b):
         sa, sb = sa + [a], sb + [b]
     if sa == sb:
