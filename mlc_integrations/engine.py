@@ -38,7 +38,7 @@ from .tiers import (
     MultimodalTier,
     TextSemanticTier,
 )
-from .runtime import shutdown
+from .runtime import shutdown, telemetry
 from .store.writebehind import PendingEntries
 from .verify import VerificationPolicy, make_policy
 
@@ -305,6 +305,7 @@ class MLCEngine:
         if key is not None:
             self.inflight.release(key)
 
+    @telemetry.traced_lookup  # a span and metrics when an OpenTelemetry SDK is installed
     def _lookup_explained(self, request: CacheRequest) -> Lookup:
         t0 = time.perf_counter()
         self._stats.incr("lookups")
@@ -359,6 +360,7 @@ class MLCEngine:
         return trace
 
     # ------------------------------------------------------------------ update
+    @telemetry.traced_update
     def update(self, request: CacheRequest, payload: Any, *, ttl: Optional[float] = None,
                answer: Optional[str] = None) -> Optional[str]:
         """Store ``payload`` (JSON-serializable) as the response to ``request``.

@@ -39,6 +39,7 @@ from ..engine import MLCEngine
 from ..errors import PayloadError
 from ..runtime.inflight import coalesced_in_thread
 from ..request import CacheRequest, Hit
+from .events import areport_lookup, report_lookup
 from .cache import MultimodalSemanticCache, answer_text, generations_from_payload, generations_payload
 from .replay import as_chunk, cached_generation, finished_generation, inner_callbacks, replay_chunks, swap_model
 
@@ -281,6 +282,7 @@ class CachedChatModel(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                   run_manager: Any = None, **kwargs: Any) -> ChatResult:
         call = self._finish(self._prepare(messages, stop, kwargs))
+        report_lookup(run_manager, call.record)  # on_custom_event with the decision (events.py)
         if call.replay is not None:
             return ChatResult(generations=call.replay)
         with self._released_on_failure(call):
@@ -292,6 +294,7 @@ class CachedChatModel(BaseChatModel):
     async def _agenerate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                          run_manager: Any = None, **kwargs: Any) -> ChatResult:
         call = await self._aprepare(messages, stop, kwargs)
+        await areport_lookup(run_manager, call.record)
         if call.replay is not None:
             return ChatResult(generations=call.replay)
         with self._released_on_failure(call):
@@ -304,6 +307,7 @@ class CachedChatModel(BaseChatModel):
     def _stream(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                 run_manager: Any = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         call = self._finish(self._prepare(messages, stop, kwargs))
+        report_lookup(run_manager, call.record)
         if call.replay is not None:
             yield from replay_chunks(call.replay[0])
             return
@@ -319,6 +323,7 @@ class CachedChatModel(BaseChatModel):
     async def _astream(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                        run_manager: Any = None, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
         call = await self._aprepare(messages, stop, kwargs)
+        await areport_lookup(run_manager, call.record)
         if call.replay is not None:
             for chunk in replay_chunks(call.replay[0]):
                 yield chunk
