@@ -39,7 +39,7 @@ from ..engine import MLCEngine
 from ..errors import PayloadError
 from ..runtime.inflight import coalesced_in_thread
 from ..request import CacheRequest, Hit
-from .events import areport_lookup, report_lookup
+from .events import StreamRunMixin, areport_lookup, report_lookup
 from .cache import MultimodalSemanticCache, answer_text, generations_from_payload, generations_payload
 from .replay import as_chunk, cached_generation, finished_generation, inner_callbacks, replay_chunks, swap_model
 
@@ -61,7 +61,7 @@ class _Call:
         self.replay = replay
 
 
-class CachedChatModel(BaseChatModel):
+class CachedChatModel(StreamRunMixin, BaseChatModel):  # StreamRunMixin: events.py
     """Any LangChain chat model, with multi-level response caching on every call style.
 
     ``CachedChatModel(model, engine=None, *, cache=None, namespace=None, strict=None, **options)``:
