@@ -34,7 +34,7 @@ from mlc_integrations.runtime import telemetry
 
 
 def build_engine(n: int) -> tuple[MLCEngine, list[CacheRequest], list[CacheRequest]]:
-    eng = MLCEngine(durable=True, image_encoder=None, verifier="off")
+    eng = MLCEngine(durable=True, image_encoder=None, verifier="off", l1_threshold=0.95)
     rng = np.random.default_rng(0)
     vecs = rng.normal(size=(n, 384))
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)

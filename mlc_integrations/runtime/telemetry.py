@@ -24,8 +24,10 @@ Nice"``) quotes prompt words, so it is content too.
 
 Metrics (meter ``mlc_integrations``; :data:`METRICS` lists them with their units):
 lookups by result and tier, each tier's outcome, lookup duration, refusals by reason,
-updates, and -- read from the live engines when a reader collects -- entries at rest,
-write-behind depth and errors by operation and type.
+updates, errors by operation and type, and -- read from the engines the application
+still holds when a reader collects -- entries at rest and write-behind depth. A failure
+of the background writer (after ``update`` returned) is in the engine's
+``stats()["errors"]`` and its log, not in ``mlc.cache.errors``.
 """
 
 from __future__ import annotations
@@ -78,13 +80,13 @@ METRICS: dict[str, tuple[str, str, str]] = {
     "mlc.cache.refusals": ("counter", "{lookup}",
                            "misses whose best candidate cleared the thresholds and was refused "
                            "[mlc.cache.tier, mlc.cache.refusal.reason = verifier|image|explored]"),
-    "mlc.cache.updates": ("counter", "{update}", "updates [mlc.cache.result = stored|not_stored|error]"),
+    "mlc.cache.updates": ("counter", "{update}", "updates [mlc.cache.result = stored|error]"),
     "mlc.cache.entries": ("observable gauge", "{entry}", "entries at rest [mlc.cache.storage]"),
     "mlc.cache.write_behind.depth": ("observable gauge", "{entry}",
                                      "entries acknowledged, not yet written [mlc.cache.storage]"),
-    "mlc.cache.errors": ("observable counter", "{error}",
-                         "failures the engine counted (stats()['errors']): lookups, updates, the "
-                         "background writer [mlc.cache.operation, error.type]"),
+    "mlc.cache.errors": ("counter", "{error}",
+                         "failed lookups and updates (fail-open ones included) [mlc.cache.operation = "
+                         "lookup|update, error.type]"),
 }
 
 # Span attributes of mlc.cache.lookup (present when they apply).
@@ -216,8 +218,7 @@ class _Instruments:
                                       d["mlc.cache.entries"])
         meter.create_observable_gauge("mlc.cache.write_behind.depth", [owner.observe_depth],
                                       u["mlc.cache.write_behind.depth"], d["mlc.cache.write_behind.depth"])
-        meter.create_observable_counter("mlc.cache.errors", [owner.observe_errors], u["mlc.cache.errors"],
-                                        d["mlc.cache.errors"])
+        self.errors = meter.create_counter("mlc.cache.errors", u["mlc.cache.errors"], d["mlc.cache.errors"])
 
     # ------------------------------------------------------------------ lookup
     def lookup(self, fn: Callable[..., "Lookup"], engine: "MLCEngine", request: "CacheRequest") -> "Lookup":
@@ -255,6 +256,7 @@ class _Instruments:
                 failed = getattr(exc, "lookup", None)
                 result = {"mlc.cache.result": "error", "mlc.cache.tier": "none"}
                 self.lookups.add(1, result)
+                self.errors.add(1, {"mlc.cache.operation": "lookup", "error.type": type(exc).__name__})
                 self.duration.record(time.perf_counter() - t0, result)
                 if failed is not None:
                     self._count_tiers(failed)
@@ -272,6 +274,8 @@ class _Instruments:
         self.lookups.add(1, attrs)
         self.duration.record(trace.ms / 1000.0, attrs)
         self._count_tiers(trace)
+        if trace.error:
+            self.errors.add(1, {"mlc.cache.operation": "lookup", "error.type": trace.error.partition(":")[0]})
         if trace.refused is not None:
             self.refusals.add(1, {"mlc.cache.tier": trace.refused.tier,
                                   "mlc.cache.refusal.reason": trace.refused.reason})
@@ -323,6 +327,14 @@ class _Instruments:
         return attrs
 
     # ------------------------------------------------------------------ update
+    def _update_failed(self, span: Any, error_type: str) -> None:
+        if self.metering:
+            self.updates.add(1, {"mlc.cache.result": "error"})
+            self.errors.add(1, {"mlc.cache.operation": "update", "error.type": error_type})
+        if span is not None and span.is_recording():
+            span.set_attributes({"mlc.cache.stored": False, "error.type": error_type})
+            span.set_status(Status(StatusCode.ERROR, error_type))
+
     def update(self, fn: Callable[..., Optional[str]], engine: "MLCEngine", request: "CacheRequest",
                args: tuple[Any, ...], kwargs: dict[str, Any]) -> Optional[str]:
         if self.metering:
@@ -332,15 +344,13 @@ class _Instruments:
         with span_cm as span:
             try:
                 eid = fn(engine, request, *args, **kwargs)
-            except BaseException as exc:
-                if self.metering:
-                    self.updates.add(1, {"mlc.cache.result": "error"})
-                if span is not None and span.is_recording():
-                    span.set_attributes({"mlc.cache.stored": False, "error.type": type(exc).__name__})
-                    span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            except BaseException as exc:  # strict mode
+                self._update_failed(span, type(exc).__name__)
                 raise
-            if self.metering:
-                self.updates.add(1, {"mlc.cache.result": "stored" if eid is not None else "not_stored"})
+            if eid is None:  # fail-open: the engine logged and counted why (stats()["errors"])
+                self._update_failed(span, "_OTHER")
+            elif self.metering:
+                self.updates.add(1, {"mlc.cache.result": "stored"})
             if span is not None and span.is_recording():
                 attrs: dict[str, Any] = {"mlc.cache.stored": eid is not None,
                                          "mlc.cache.write": "durable" if getattr(engine, "pending", None) is None
@@ -414,17 +424,9 @@ class Telemetry:
     def watch(self, engine: "MLCEngine") -> None:
         self._engines.add(engine)
 
-    def _live(self) -> list["MLCEngine"]:
-        out = []
-        for eng in list(self._engines):
-            release = getattr(eng, "_release", None)
-            if release is None or getattr(release, "alive", True):
-                out.append(eng)
-        return out
-
     def _per_storage(self, read: Callable[["MLCEngine"], Optional[int]]) -> Iterable["Observation"]:
         totals: dict[str, int] = {}
-        for eng in self._live():
+        for eng in list(self._engines):  # engines the application still holds
             try:
                 n = read(eng)
             except Exception as exc:  # a store that went away: no observation for it
@@ -440,21 +442,6 @@ class Telemetry:
 
     def observe_depth(self, options: "CallbackOptions") -> Iterable["Observation"]:
         return self._per_storage(lambda eng: len(eng.pending) if eng.pending is not None else 0)
-
-    def observe_errors(self, options: "CallbackOptions") -> Iterable["Observation"]:
-        totals: dict[tuple[str, str], int] = {}
-        for eng in self._live():
-            try:
-                errors = eng._stats.snapshot()["errors"]
-            except Exception as exc:
-                log.debug("telemetry: error counts unreadable: %s", exc)
-                continue
-            for kind, n in errors.items():
-                op, _, etype = str(kind).partition(":")
-                key = (op, etype or "_OTHER")
-                totals[key] = totals.get(key, 0) + int(n)
-        return [Observation(n, {"mlc.cache.operation": op, "error.type": etype}) for (op, etype), n in totals.items()]
-
 
 _TELEMETRY = Telemetry()
 

@@ -234,6 +234,14 @@ def test_a_failed_lookup_is_an_error_span_and_an_error_count(otel: Otel, engine:
     assert otel.points("mlc.cache.errors") == [({"mlc.cache.operation": "lookup", "error.type": "StorageError"}, 1)]
 
 
+def test_a_fail_open_update_that_stores_nothing_is_an_error_span_and_counts(otel: Otel, engine: MLCEngine) -> None:
+    assert engine.update(CacheRequest(text=QUESTION, scope="m"), object()) is None  # not JSON: refused
+    (span,) = otel.finished("mlc.cache.update")
+    assert span.status.status_code == trace.StatusCode.ERROR and span.attributes["mlc.cache.stored"] is False
+    assert otel.points("mlc.cache.updates") == [({"mlc.cache.result": "error"}, 1)]
+    assert otel.points("mlc.cache.errors") == [({"mlc.cache.operation": "update", "error.type": "_OTHER"}, 1)]
+
+
 def test_a_strict_engines_failed_lookup_raises_through_an_error_span(otel: Otel,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     eng = MLCEngine(text_model=bag_of_words, image_encoder=None, verifier="off", strict=True)
