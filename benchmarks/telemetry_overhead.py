@@ -12,7 +12,8 @@ way sees the same machine load:
   (an in-memory reader): what a traced application pays.
 
 For each way and workload (L0.5 exact hits, misses) it prints the median per-lookup time
-(the median of the rounds' medians) and the ratio to the no-op build:
+(the median of the rounds' medians), its ratio to the no-op build, and the interquartile
+range of the per-round ratios (the A/A row's range is the noise floor):
 
     PYTHONPATH=. python benchmarks/telemetry_overhead.py [--rounds 30] [--n 200]
 """
@@ -109,9 +110,15 @@ def main() -> None:
     eng.__dict__.pop("_lookup_explained", None)
     out: dict[str, Any] = {"rounds": args.rounds, "lookups_per_round": args.n}
     for wl in workloads:
-        base = statistics.median(samples[wl]["no-op build"])
-        out[wl] = {way: {"ms": round(statistics.median(v), 4), "ratio": round(statistics.median(v) / base, 3)}
-                   for way, v in samples[wl].items()}
+        base_rounds = samples[wl]["no-op build"]
+        base = statistics.median(base_rounds)
+        out[wl] = {}
+        for way, v in samples[wl].items():
+            # the same round's ratio to the no-op build: its spread is what the machine's noise allows
+            paired = sorted(x / b for x, b in zip(v, base_rounds))
+            q1, q3 = paired[len(paired) // 4], paired[(3 * len(paired)) // 4]
+            out[wl][way] = {"ms": round(statistics.median(v), 4), "ratio": round(statistics.median(v) / base, 3),
+                            "round_ratio_iqr": [round(q1, 3), round(q3, 3)]}
     print(json.dumps(out, indent=2))
     eng.close()
 
