@@ -221,17 +221,17 @@ class _Instruments:
         self.errors = meter.create_counter("mlc.cache.errors", u["mlc.cache.errors"], d["mlc.cache.errors"])
 
     # ------------------------------------------------------------------ lookup
-    def lookup(self, fn: Callable[..., "Lookup"], engine: "MLCEngine", request: "CacheRequest") -> "Lookup":
+    def lookup(self, call: Callable[[], "Lookup"], engine: "MLCEngine", request: "CacheRequest") -> "Lookup":
         if self.metering:
             self.owner.watch(engine)
         if not self.tracing:
-            trace = self._timed(fn, engine, request)
+            trace = self._timed(call)
             self._count_lookup(trace)
             return trace
         with self.tracer.start_as_current_span(LOOKUP_SPAN, kind=SpanKind.INTERNAL, record_exception=False,
                                                set_status_on_exception=False) as span:
             try:
-                trace = self._timed(fn, engine, request)
+                trace = self._timed(call)
             except BaseException as exc:  # strict mode: the typed error goes on to the caller
                 failed = getattr(exc, "lookup", None)
                 if span.is_recording():
@@ -247,10 +247,10 @@ class _Instruments:
         self._count_lookup(trace)
         return trace
 
-    def _timed(self, fn: Callable[..., "Lookup"], engine: "MLCEngine", request: "CacheRequest") -> "Lookup":
+    def _timed(self, call: Callable[[], "Lookup"]) -> "Lookup":
         t0 = time.perf_counter()
         try:
-            return fn(engine, request)
+            return call()
         except BaseException as exc:
             if self.metering:
                 failed = getattr(exc, "lookup", None)
@@ -422,11 +422,15 @@ class Telemetry:
             return cur
 
     def watch(self, engine: "MLCEngine") -> None:
-        self._engines.add(engine)
+        if engine not in self._engines:
+            with self._lock:
+                self._engines.add(engine)
 
     def _per_storage(self, read: Callable[["MLCEngine"], Optional[int]]) -> Iterable["Observation"]:
         totals: dict[str, int] = {}
-        for eng in list(self._engines):  # engines the application still holds
+        with self._lock:
+            engines = list(self._engines)  # the engines the application still holds
+        for eng in engines:
             try:
                 n = read(eng)
             except Exception as exc:  # a store that went away: no observation for it
@@ -471,12 +475,19 @@ def traced_lookup(fn: F) -> F:
     if _otel_trace is None:  # pragma: no cover
         return fn
 
+    state = _TELEMETRY
+    tslot, mslot = _GLOBALS if _GLOBALS is not None else (None, None)
+
     @functools.wraps(fn)
-    def wrapper(engine: "MLCEngine", request: "CacheRequest") -> "Lookup":
-        inst = _TELEMETRY.instruments()
+    def wrapper(engine: "MLCEngine", request: "CacheRequest", *args: Any, **kwargs: Any) -> "Lookup":
+        # No provider anywhere: straight through, four attribute reads (0.3 us measured with timeit).
+        if (tslot is not None and tslot._TRACER_PROVIDER is None and mslot._METER_PROVIDER is None
+                and state._tracer_provider is None and state._meter_provider is None):
+            return fn(engine, request, *args, **kwargs)
+        inst = state.instruments()
         if not inst.active:
-            return fn(engine, request)
-        return inst.lookup(fn, engine, request)
+            return fn(engine, request, *args, **kwargs)
+        return inst.lookup(functools.partial(fn, engine, request, *args, **kwargs), engine, request)
 
     return wrapper  # type: ignore[return-value]
 
@@ -486,9 +497,15 @@ def traced_update(fn: F) -> F:
     if _otel_trace is None:  # pragma: no cover
         return fn
 
+    state = _TELEMETRY
+    tslot, mslot = _GLOBALS if _GLOBALS is not None else (None, None)
+
     @functools.wraps(fn)
     def wrapper(engine: "MLCEngine", request: "CacheRequest", *args: Any, **kwargs: Any) -> Optional[str]:
-        inst = _TELEMETRY.instruments()
+        if (tslot is not None and tslot._TRACER_PROVIDER is None and mslot._METER_PROVIDER is None
+                and state._tracer_provider is None and state._meter_provider is None):
+            return fn(engine, request, *args, **kwargs)
+        inst = state.instruments()
         if not inst.active:
             return fn(engine, request, *args, **kwargs)
         return inst.update(fn, engine, request, args, kwargs)
