@@ -17,9 +17,9 @@ LangChain hands the cache no run, included -- sits inside the application's trac
 OpenTelemetry's GenAI semantic conventions define no attributes for response caches
 (only a provider's prompt-cache token counts), so the attributes live in a namespace of
 our own, ``mlc.cache.*`` (:data:`LOOKUP_ATTRIBUTES` lists them), plus the conventional
-``error.type``. No prompt, answer or tenant text is recorded unless content capture is
-switched on (``configure(capture_content=True)`` or the environment variable
-``MLC_TELEMETRY_CAPTURE_CONTENT=true``): the refusal detail (``"argument swap: Lyon <->
+``error.type``. No prompt, answer, tenant or error-message text is recorded unless
+content capture is switched on (``configure(capture_content=True)`` or the environment
+variable ``MLC_TELEMETRY_CAPTURE_CONTENT=true``): the refusal detail (``"argument swap: Lyon <->
 Nice"``) quotes prompt words, so it is content too.
 
 Metrics (meter ``mlc_integrations``; :data:`METRICS` lists them with their units):
@@ -102,8 +102,7 @@ LOOKUP_ATTRIBUTES: dict[str, str] = {
     "mlc.cache.verdict.probability": "double: the verifier's probability that the stored answer fits",
     "mlc.cache.verdict.model": "the verifier model that decided",
     "mlc.cache.refusal.reason": "on a miss: what refused the best candidate (verifier|image|explored)",
-    "mlc.cache.error": "the lookup failed (fail-open: a miss): the error's type and message",
-    "error.type": "the error's type (OpenTelemetry convention)",
+    "error.type": "the lookup failed (fail-open: a miss): the error's type (OpenTelemetry convention)",
     "mlc.cache.model": "the model the request's scope names",
     "mlc.cache.images": "int: images in the last user turn",
     "mlc.cache.context_messages": "int: earlier messages in the request",
@@ -111,6 +110,7 @@ LOOKUP_ATTRIBUTES: dict[str, str] = {
     "mlc.cache.matched_text": "content capture only: the stored prompt that matched",
     "mlc.cache.refusal.detail": "content capture only: the difference the verifier saw",
     "mlc.cache.namespace": "content capture only: the tenant namespace",
+    "mlc.cache.error": "content capture only: the error's message (it may quote the input)",
 }
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -300,10 +300,11 @@ class _Instruments:
         if trace.hit is None and trace.refused is not None:
             attrs["mlc.cache.refusal.reason"] = trace.refused.reason
         if trace.error:
-            attrs["mlc.cache.error"] = trace.error
             attrs["error.type"] = trace.error.partition(":")[0]
         attrs.update(self._request_attributes(request))
         if self.owner.capture:
+            if trace.error:  # a message may quote the input (a file path, a bad character)
+                attrs["mlc.cache.error"] = trace.error[:MAX_CONTENT_CHARS]
             matched = chosen.matched_text if chosen is not None else None
             if matched:
                 attrs["mlc.cache.matched_text"] = matched[:MAX_CONTENT_CHARS]
@@ -480,7 +481,7 @@ def traced_lookup(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(engine: "MLCEngine", request: "CacheRequest", *args: Any, **kwargs: Any) -> "Lookup":
-        # No provider anywhere: straight through, four attribute reads (0.3 us measured with timeit).
+        # No provider anywhere: straight through after four attribute reads (0.4 us over a bare call, timeit).
         if (tslot is not None and tslot._TRACER_PROVIDER is None and mslot._METER_PROVIDER is None
                 and state._tracer_provider is None and state._meter_provider is None):
             return fn(engine, request, *args, **kwargs)
