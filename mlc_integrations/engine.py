@@ -39,7 +39,7 @@ from .tiers import (
     MultimodalTier,
     TextSemanticTier,
 )
-from .runtime import shutdown
+from .runtime import shutdown, telemetry
 from .store.writebehind import PendingEntries
 from .verify import VerificationPolicy, make_policy
 
@@ -282,6 +282,7 @@ class MLCEngine:
         """Async :meth:`lookup`; model and storage work runs in a worker thread."""
         return await coalesced_in_thread(functools.partial(self.lookup, control=control), request)
 
+    @telemetry.traced_lookup  # a span and metrics when an OpenTelemetry SDK is installed
     def lookup_explained(self, request: CacheRequest, *, control: Any = None) -> Lookup:
         """:meth:`lookup` with its reasons: the hit, or the best candidate that was refused
         (tier, scores, thresholds, what refused it) and each tier's outcome. A miss makes the
@@ -370,6 +371,7 @@ class MLCEngine:
         return trace
 
     # ------------------------------------------------------------------ update
+    @telemetry.traced_update
     def update(self, request: CacheRequest, payload: Any, *, ttl: Optional[float] = None,
                answer: Optional[str] = None, control: Any = None) -> Optional[str]:
         """Store ``payload`` (JSON-serializable) as the response to ``request``.

@@ -41,6 +41,7 @@ from ..errors import PayloadError
 from ..runtime.inflight import coalesced_in_thread
 from ..request import DEFAULT_CONTROL, CacheControl, CacheRequest, Hit
 from .cache import MultimodalSemanticCache, answer_text, generations_from_payload, generations_payload, is_empty_reply
+from .events import StreamRunMixin, areport_lookup, report_lookup
 from .replay import as_chunk, cached_generation, finished_generation, inner_callbacks, replay_chunks, swap_model
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ class _Call:
         self.control = control
 
 
-class CachedChatModel(BaseChatModel):
+class CachedChatModel(StreamRunMixin, BaseChatModel):  # StreamRunMixin: events.py
     """Any LangChain chat model, with multi-level response caching on every call style.
 
     ``CachedChatModel(model, engine=None, *, cache=None, namespace=None, strict=None, **options)``:
@@ -288,6 +289,7 @@ class CachedChatModel(BaseChatModel):
     def _generate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                   run_manager: Any = None, **kwargs: Any) -> ChatResult:
         call = self._finish(self._prepare(messages, stop, kwargs, run_manager))
+        report_lookup(run_manager, call.record)  # on_custom_event with the decision (events.py)
         if call.replay is not None:
             return ChatResult(generations=call.replay)
         with released_on_failure(self.engine, call.request):
@@ -299,6 +301,7 @@ class CachedChatModel(BaseChatModel):
     async def _agenerate(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                          run_manager: Any = None, **kwargs: Any) -> ChatResult:
         call = await self._aprepare(messages, stop, kwargs, run_manager)
+        await areport_lookup(run_manager, call.record)
         if call.replay is not None:
             return ChatResult(generations=call.replay)
         with released_on_failure(self.engine, call.request):
@@ -311,6 +314,7 @@ class CachedChatModel(BaseChatModel):
     def _stream(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                 run_manager: Any = None, **kwargs: Any) -> Iterator[ChatGenerationChunk]:
         call = self._finish(self._prepare(messages, stop, kwargs, run_manager))
+        report_lookup(run_manager, call.record)
         if call.replay is not None:
             yield from replay_chunks(call.replay[0])
             return
@@ -326,6 +330,7 @@ class CachedChatModel(BaseChatModel):
     async def _astream(self, messages: list[BaseMessage], stop: Optional[list[str]] = None,
                        run_manager: Any = None, **kwargs: Any) -> AsyncIterator[ChatGenerationChunk]:
         call = await self._aprepare(messages, stop, kwargs, run_manager)
+        await areport_lookup(run_manager, call.record)
         if call.replay is not None:
             for chunk in replay_chunks(call.replay[0]):
                 yield chunk

@@ -54,6 +54,7 @@ from ..errors import InvalidRequestError, PayloadError
 from ..runtime.inflight import coalesced_in_thread
 from ..images import ImageRef
 from ..request import DEFAULT_CONTROL, DEFAULT_NAMESPACE, CacheControl, CacheRequest, Hit
+from .events import report_lookup
 from .keying import ScopeWatch, image_document_input, images_message, kwargs_json, labelled, legacy_args, llm_scope
 from .keying import llm_settings, message_to_turn, scope_string
 from .payload import (Response, answer_text, as_completion, chat_from_payload, completion_from_payload, is_empty_response,
@@ -267,7 +268,7 @@ class CachedMultiModalLLM(LLM):
 
     def _finish(self, record: LookupRecord, response: Optional[Response]) -> Any:
         note_lookup(record, self._counters, self._tracking, log)
-        return response
+        return report_lookup(record, response)  # a CacheLookupEvent; a hit names its tier (events.py)
 
     def _lookup(self, request: Optional[CacheRequest], api: str, control: CacheControl = DEFAULT_CONTROL) -> Any:
         return self._finish(*self._look_up(request, api, control))

@@ -116,7 +116,8 @@ def test_hit_rebuilds_response_without_raw(cached, inner) -> None:
     assert hit.message.role == MessageRole.ASSISTANT
     assert hit.message.content == miss.message.content
     assert hit.message.additional_kwargs == {"model": "vision-echo-1"}
-    assert hit.additional_kwargs == miss.additional_kwargs
+    assert {k: v for k, v in hit.additional_kwargs.items() if k != "mlc_cache"} == miss.additional_kwargs
+    assert hit.additional_kwargs["mlc_cache"]["tier"] == "L0.5"  # the hit names where it came from
     assert inner.calls == ["chat"]
 
 
