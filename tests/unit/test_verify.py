@@ -65,9 +65,20 @@ def test_unit_and_date_signals() -> None:
 
 def test_attribute_and_content_signals() -> None:
     s = sig("is there a red shape?", "is there a blue shape?")
-    assert s["content_substituted"] == 1
+    assert s["attribute_mismatch"] == 2 and s["content_substituted"] == 1
+    s = sig("is there a triangle?", "is there a circle?")
+    assert s["attribute_mismatch"] == 2
     s = sig("is there a triangle?", "is there a triangle in the image?")
-    assert s["content_substituted"] == 0 and s["content_added"] == 1
+    assert s["attribute_mismatch"] == 0 and s["content_substituted"] == 0 and s["content_added"] == 1
+
+
+def test_attribute_words_come_from_the_lexicon_not_from_one_data_set() -> None:
+    """Colours, shapes and words with an antonym, whatever data set they come from."""
+    assert sig("Is the lamp above the table?", "Is the lamp below the table?")["attribute_mismatch"] == 2
+    assert sig("Is the soup hot?", "Is the soup cold?")["attribute_mismatch"] == 2
+    assert sig("Is the car crimson?", "Is the car purple?")["attribute_mismatch"] == 2  # colours
+    assert sig("Draw a rhombus.", "Draw a trapezoid.")["attribute_mismatch"] == 2  # shapes no list named
+    assert sig("Who wrote Hamlet?", "Who wrote Macbeth?")["attribute_mismatch"] == 0
     s = sig("What is the best Christmas gift you've ever given?", "What is the best Christmas gift you've ever received?")
     assert s["content_substituted"] == 1
     # plurals fold, so they are not a difference

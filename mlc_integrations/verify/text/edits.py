@@ -243,6 +243,8 @@ class _Alignment:
         self.gap_a: dict[int, int] = {}  # unmatched token -> its gap in the first alignment
         self.gap_b: dict[int, int] = {}
         self.first_match: dict[int, int] = {}
+        self.first_inverse: dict[int, int] = {}
+        self.by_start: tuple[dict[int, list[int]], dict[int, list[int]]] = ({}, {})  # the tokens of one written word
 
     def add(self, rank: int, kind: str, detail: str = "", text: str = "") -> None:
         self.events.append(Change(rank, kind, detail, text))
@@ -268,10 +270,9 @@ class _Alignment:
             g = {self.gap_a[i] for i in A if i in self.gap_a} | {self.gap_b[j] for j in B if j in self.gap_b}
             A |= {i for i, k in self.gap_a.items() if k in g}
             B |= {j for j, k in self.gap_b.items() if k in g}
-        inv = {j: i for i, j in self.first_match.items()}
-        for side, other, w, m in ((A, B, self.wa, self.first_match), (B, A, self.wb, inv)):
-            starts = {w[i].start for i in side}
-            other |= {m[i] for i in m if w[i].start in starts and i not in side}
+        for side, other, w, m, by in ((A, B, self.wa, self.first_match, self.by_start[0]),
+                                      (B, A, self.wb, self.first_inverse, self.by_start[1])):
+            other |= {m[k] for i in list(side) for k in by[w[i].start] if k != i and k in m}
         return A, B
 
     def _text(self, ia: "set[int] | list[int]", ib: "set[int] | list[int]", gaps: bool = False,
@@ -289,16 +290,24 @@ class _Alignment:
         """Number the unaligned stretches of the first (monotone) alignment: the tokens
         between the same two aligned pairs share a gap on both sides."""
         self.first_match = dict(match)
+        self.first_inverse = {j: i for i, j in match.items()}
+        for w, by in zip((self.wa, self.wb), self.by_start):
+            for i, t in enumerate(w):
+                by.setdefault(t.start, []).append(i)
         pairs = sorted(match.items())
         ka, kb = [i for i, _ in pairs], sorted(j for _, j in pairs)
         self.gap_a = {i: bisect_left(ka, i) for i in ua}
         self.gap_b = {j: bisect_left(kb, j) for j in ub}
 
-    def _rewritten(self) -> list[str]:
-        """Every gap of the first alignment, named as the user wrote it."""
-        gaps = sorted(set(self.gap_a.values()) | set(self.gap_b.values()))
-        return [t for g in gaps if (t := self._text([i for i, k in self.gap_a.items() if k == g],
-                                                     [j for j, k in self.gap_b.items() if k == g]))]
+    def _rewritten(self, limit: int = 16) -> list[str]:
+        """The first ``limit`` gaps of the first alignment, named as the user wrote them."""
+        by_a: dict[int, list[int]] = {}
+        by_b: dict[int, list[int]] = {}
+        for gaps, by in ((self.gap_a, by_a), (self.gap_b, by_b)):
+            for i, g in gaps.items():
+                by.setdefault(g, []).append(i)
+        gaps = sorted(set(by_a) | set(by_b))[:limit]
+        return [t for g in gaps if (t := self._text(by_a.get(g, []), by_b.get(g, [])))]
 
     def run(self) -> EditAnalysis:
         wa, wb, f = self.wa, self.wb, self.f
@@ -335,8 +344,9 @@ class _Alignment:
                          "punctuation-only" if f[_F["edit_punct_changes"]] else "contraction or spelling")
         self.events.sort(key=lambda e: e.rank)
         top = self.events[0]
+        named = any(e.text for e in self.events)  # else a refusal names the aligned spans that differ
         return EditAnalysis(top.kind, top.detail, f, [e.explain() for e in self.events[1:]], self.events,
-                            self._rewritten())
+                            [] if named else self._rewritten())
 
     # ------------------------------------------------------------- pieces
     @staticmethod

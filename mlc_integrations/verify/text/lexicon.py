@@ -151,6 +151,8 @@ class Lexicon:
         self._ancestors = lru_cache(maxsize=65536)(self._ancestors_uncached)
         self._profile = lru_cache(maxsize=65536)(self._profile_uncached)
         self._relation = lru_cache(maxsize=131072)(self._relation_uncached)
+        self.is_attribute = lru_cache(maxsize=65536)(self._is_attribute)  # type: ignore[method-assign]
+        self._with_antonym = frozenset(s for pair in self._direct_antonyms for s in pair)
 
     # ------------------------------------------------------------- loading
     @classmethod
@@ -239,6 +241,16 @@ class Lexicon:
         if not any(c.startswith(("noun.", "verb.")) for c in cats):
             return "modifier"
         return "other"
+
+    def _is_attribute(self, word: str) -> bool:
+        """Whether the word names a value of an attribute, the kind of word whose swap
+        changes an answer ("red", "triangle", "above", "open"): one of its common senses
+        (cost <= 1) is a shape (noun.shape), a quality that is both a noun attribute and an
+        adjective (colours: "teal"), or has a direct antonym ("above"/"below", "big"/"small")."""
+        cats = self.categories(word, 1)
+        if "noun.shape" in cats or ("noun.attribute" in cats and "adj.all" in cats):
+            return True
+        return any(s in self._with_antonym for s in self._own_senses(word, 1, None))
 
     def is_proper(self, word: str) -> bool:
         """True when the word's most frequent sense names an individual (a city, a

@@ -21,6 +21,7 @@ import numpy as np
 
 from ...runtime.lru import LRU
 from .edits import EDIT_FEATURE_NAMES, edit_features
+from .lexicon import Lexicon
 from .words import (
     AMBIGUOUS_NUMBERS,
     MODALS,
@@ -36,9 +37,10 @@ from .words import (
     WH_WORDS,
 )
 
-# Negation, numbers, units and dates change an answer by themselves. Which swapped content
-# word changes it (left/right, red/blue) the edit features say, from the lexicon's
-# antonyms and co-hyponyms (:mod:`.edits`). The word classes: :mod:`.words`.
+# Negation, numbers, units and dates change an answer by themselves; attribute words
+# (colours, shapes, words with an antonym: sizes, directions, states) are the content
+# words whose swap most often changes it: the lexicon says which (Lexicon.is_attribute).
+# The closed word classes: :mod:`.words`.
 
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "`": "'", "\u00b4": "'"})
 _TOKEN = re.compile(
@@ -75,6 +77,7 @@ class TextProfile:
     wh: frozenset[str]
     modals: frozenset[str]
     content: list[str]  # stems of content words, in order
+    attributes: frozenset[str]  # the content stems the lexicon calls attribute words
     entities: frozenset[str]
     char3: frozenset[str]
     bigrams: frozenset[tuple[str, str]]
@@ -136,6 +139,7 @@ def profile(text: str) -> TextProfile:
         content.append(stem)
     squashed = " " + " ".join(tokens) + " "
     entities = frozenset(w.casefold() for w in _CAP_WORD.findall(norm)) - STOPWORDS
+    lex = Lexicon.default() if content else None
     return TextProfile(
         tokens=tokens,
         negations=negations,
@@ -146,6 +150,7 @@ def profile(text: str) -> TextProfile:
         wh=frozenset(t for t in tokens if t in WH_WORDS),
         modals=frozenset(t for t in tokens if t in MODALS),
         content=content,
+        attributes=frozenset(c for c in content if lex is not None and lex.is_attribute(c)),
         entities=entities,
         char3=frozenset(squashed[i:i + 3] for i in range(len(squashed) - 2)),
         bigrams=frozenset(zip(tokens, tokens[1:])),
@@ -221,14 +226,7 @@ SIGNAL_NAMES: tuple[str, ...] = (
     "number_diff",  # how many numbers differ
     "unit_mismatch",  # units/currency differ: km vs miles, $ vs €
     "date_mismatch",  # months, weekdays, relative time differ
-    # Always 0: it counted words of a hand-made list (easy-vqa's colours and shapes, some
-    # sizes and directions) on one side only; the edit features carry that generally
-    # (edit_sub_antonym, edit_sub_cohyponym, edit_constraint_modifier). Kept as a column so
-    # that verifier files and the judge's feature layout keep their meaning. Measured with
-    # the shipped trees (0 against the list): no answer-changing pair more reused on the
-    # contrast suite's test split, the fresh pairs, easy-vqa test or qqp_val held out; 3 more
-    # same-answer qqp pairs reused ("full" model; docs/verification.md, "The signals").
-    "attribute_mismatch",
+    "attribute_mismatch",  # attribute words (Lexicon.is_attribute: colour, shape, antonym) on one side only
     "wh_mismatch",  # question words differ: how vs why
     "modal_mismatch",  # can/should/will differ
     "entity_diff",  # capitalized names on one side only
@@ -278,7 +276,7 @@ def signals_from_profiles(a: TextProfile, b: TextProfile, cosine: float,
             float(num_diff),
             float(a.units != b.units),
             float(a.dates != b.dates),
-            0.0,  # attribute_mismatch (see SIGNAL_NAMES)
+            float(len(a.attributes ^ b.attributes)),
             float(a.wh != b.wh),
             float(a.modals != b.modals),
             float(len(a.entities ^ b.entities)),

@@ -1,5 +1,8 @@
 """The closed word classes of English the text verifier reads: each defined once.
 
+Open classes (which words name a colour, a shape, a value with an antonym) come from
+the WordNet lexicon instead (:meth:`.lexicon.Lexicon.is_attribute`), never from a list.
+
 The signals (:mod:`.signals`), the tokenizer and edit analysis (:mod:`.tokens`,
 :mod:`.edits`) and the refusal text (:mod:`..explain`) import these sets; no other
 module spells a copy (``tests/unit/test_words.py`` checks it). Closed classes are
