@@ -756,8 +756,15 @@ class ImageChangeVerifier:
         if stored is None:
             return ImageVerdict(self.missing == "accept", "" if self.missing == "accept" else "descriptor", None,
                                 missing_why)
-        if isinstance(stored, str):
-            stored = ImageDescriptor.from_text(stored)
-        elif isinstance(stored, bytes):
-            stored = ImageDescriptor.from_bytes(stored)
+        if isinstance(stored, (str, bytes)):
+            # A stored picture is a candidate of many lookups (a camera's last frames): its
+            # parsed descriptor keeps its spectrum and histograms between them.
+            parsed = _PARSED.get(stored)
+            if parsed is None:
+                parsed = ImageDescriptor.from_text(stored) if isinstance(stored, str) else ImageDescriptor.from_bytes(stored)
+                _PARSED.put(stored, parsed)
+            stored = parsed
         return judge(stored, new, self.rule, budget)
+
+
+_PARSED: "LRU[Union[str, bytes], ImageDescriptor]" = LRU(1024)
