@@ -65,7 +65,7 @@ def _shares(prof: cProfile.Profile, lookup_total: float) -> dict[str, float]:
     want = {"compare": ("image_change.py", "compare"), "verify": ("image_change.py", "verify"),
             "align": ("image_change.py", "align"), "tower": ("image_towers.py", "embed_images"),
             "chroma query": ("entries.py", "nearest"), "fetch": ("entries.py", "fetch"),
-            "L1 lookup": ("tiers.py", "lookup"), "describe": ("image_change.py", "describe"),
+            "tier lookups (L1 + L2)": ("tiers.py", "lookup"), "image check": ("tiers.py", "_image_check"), "prescreen": ("image_change.py", "prescreen"), "describe": ("image_change.py", "describe"),
             "decode": ("images.py", "pil")}
     out: dict[str, float] = {}
     for (fn, _line, name), (_cc, _nc, _tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]

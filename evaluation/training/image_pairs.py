@@ -672,9 +672,11 @@ def calibration_pairs(pics: dict[str, Image.Image], group: dict[str, str], train
         donors = [pics[m] for m in train if m != n and side[m] == side[n]]
         pairs += small_edits(n, im, donors, side[n], r, g)
     names = sorted(train)
+    related = {frozenset(p): k for k, ps in RELATED.items() for p in ps}
     for a, b in itertools.combinations(names, 2):
         if side[a] == side[b]:
-            rel = "same video" if a.split(":")[0] == b.split(":")[0] == "vtest" else "different"
+            rel = related.get(frozenset((a, b)), "same video" if a.split(":")[0] == b.split(":")[0] == "vtest"
+                              else "different")
             pairs.append(Pair(a, side[a], "different", rel, f"{a} vs {b}", 0.0, pics[a], pics[b]))
     ev = load_split("train")[:n_evqa]
     half = len(ev) // 2
@@ -796,17 +798,20 @@ def staged_accept(rule: ImageChangeRule, c: dict[str, np.ndarray], tau: float) -
                 & (c[f"{k}_noise"] <= rule.max_noise) & (c[f"{k}_largest_region"] < rule.max_region)
                 & (c[f"{k}_largest_cell"] < rule.max_cell) & (c[f"{k}_changed_area"] < rule.max_area))
 
+    from mlc_integrations.verify.image_change import CLOSE_AREA, CLOSE_REGION
+
     early = (c["grey_bound"] >= rule.max_grey_bound) | (c["colour_bound"] >= rule.max_colour_bound)
-    return ~early & (ok("s1") | (c["s2_has"] & ok("s2"))) & (c["cosine"] >= tau)
+    close = (c["s1_changed_area"] < CLOSE_AREA) & (c["s1_largest_region"] < CLOSE_REGION)
+    return ~early & (ok("s1") | (c["s2_has"] & close & ok("s2"))) & (c["cosine"] >= tau)
 
 
 GRID2 = {
     "min_peak": (0.05, 0.08, 0.12),
     "min_overlap": (0.6, 0.7),
     "max_noise": (0.05, 0.07, 0.1),
-    "max_region": (0.01, 0.015, 0.02, 0.03),
-    "max_area": (0.005, 0.0075, 0.01, 0.015, 0.02, 0.03),
-    "max_cell": (0.3, 0.4, 0.5, 0.6, 0.8, 1.01),
+    "max_region": (0.0075, 0.01, 0.015, 0.02, 0.03),
+    "max_area": (0.003, 0.005, 0.0075, 0.01, 0.015, 0.03),
+    "max_cell": (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.6, 1.01),
 }
 TAU_GRID2 = (0.6, 0.65, 0.7)
 EARLY_MARGIN = 1.5  # the early bounds sit this far above every calibration benign pair's
@@ -829,8 +834,8 @@ def bars(rule: ImageChangeRule, rows: Sequence[dict[str, Any]], tau: float) -> d
         "edits 1-1.5 % (<= 5 %)": (lab == "edit") & ~evqa & (area < 0.0175),
         "edits 2-3 % (<= 2 %)": (lab == "edit") & ~evqa & (area > 0.0175) & (area < 0.0299),
         "edits >= 3 % (<= 1 %)": (lab == "edit") & ~evqa & (area >= 0.0299),
-        "different pictures (0)": (lab == "different") & (kind != "same video"),
-        "different frames of one video (reported)": (lab == "different") & (kind == "same video"),
+        "different pictures (0)": (lab == "different") & ~np.isin(kind, SAME_SCENE),
+        "different frames of one video (reported)": (lab == "different") & np.isin(kind, SAME_SCENE),
     }
     out = {}
     for k, m in sel.items():
