@@ -152,6 +152,7 @@ class Alignment:
     dy: float
     peak: float  # phase-correlation peak (1 = identical up to a shift; ~0.05 unrelated)
     trials: int = 0  # phase correlations computed to find it
+    angle: float = 0.0  # rotation of the new picture's content, degrees (counter-clockwise)
 
 
 def _window(n: int) -> np.ndarray:
@@ -162,12 +163,15 @@ def _window(n: int) -> np.ndarray:
 _WIN = _window(GREY_SIDE)
 
 
-def _warp(img: np.ndarray, scale: float, dx: float, dy: float, fill: float = -1.0) -> np.ndarray:
+def _warp(img: np.ndarray, scale: float, dx: float, dy: float, fill: float = -1.0, angle: float = 0.0) -> np.ndarray:
     """Sample ``img`` (the new picture) in the stored picture's frame: stored pixel x sees
-    new-picture pixel c + scale * (x - c) + (dx, dy); outside it -> ``fill``."""
+    new-picture pixel c + scale * R(angle) (x - c) + (dx, dy); outside it -> ``fill``."""
     n = img.shape[0]
     c = (n - 1) / 2.0
-    coeffs = (scale, 0.0, c - scale * c + dx, 0.0, scale, c - scale * c + dy)
+    t = np.deg2rad(angle)
+    a, b = scale * np.cos(t), -scale * np.sin(t)
+    d, e = scale * np.sin(t), scale * np.cos(t)
+    coeffs = (a, b, c - (a * c + b * c) + dx, d, e, c - (d * c + e * c) + dy)
     im = Image.fromarray(img.astype(np.float32), mode="F")
     out = np.asarray(im.transform((n, n), Image.AFFINE, coeffs, resample=Image.BILINEAR, fillcolor=fill),
                      dtype=np.float32)
@@ -211,9 +215,12 @@ def _phase_correlation(a: np.ndarray, b: np.ndarray, fa: Optional[np.ndarray] = 
 CONFIDENT_PEAK = 0.6
 
 
+ANGLES = (-3.0, -1.5, 1.5, 3.0)  # rotations tried at scale 1 in the last stage (a hand-held re-shoot)
+
+
 def align(stored: np.ndarray, new: np.ndarray, scales: tuple[float, ...] = SCALES,
           spectra: tuple[Optional[np.ndarray], Optional[np.ndarray]] = (None, None),
-          skip: tuple[float, ...] = ()) -> Alignment:
+          skip: tuple[float, ...] = (), angles: tuple[float, ...] = ()) -> Alignment:
     """The scale and shift that map the new grey thumbnail onto the stored one: the best
     phase-correlation peak over ``scales``, refined by half a step either side of the best.
     ``spectra``: the (stored, new) spectra at scale 1 when already known; ``skip``: scales
@@ -246,6 +253,14 @@ def align(stored: np.ndarray, new: np.ndarray, scales: tuple[float, ...] = SCALE
         s0 = best.scale
         trial(s0 - step)
         trial(s0 + step)
+    for ang in angles:
+        # The shift is measured after rotating about the centre: R(angle) then (dx, dy).
+        trials += 1
+        dx, dy, peak = _phase_correlation(a, _warp(b, 1.0, 0.0, 0.0, fill=float(b.mean()), angle=ang), fa)
+        if peak > best.peak:
+            t = np.deg2rad(ang)
+            best = Alignment(1.0, float(np.cos(t) * dx - np.sin(t) * dy), float(np.sin(t) * dx + np.cos(t) * dy),
+                             peak, angle=ang)
     best.trials = trials
     return best
 
@@ -267,6 +282,7 @@ class ChangeReport:
     where: str = ""  # where the largest changed region lies ("top-left", ...)
     dx: float = 0.0  # signed shift of the new picture's content, as a share of the side (+ right)
     dy: float = 0.0  # ... (+ down)
+    angle: float = 0.0  # rotation found, degrees
     trials: int = 0  # phase correlations computed for this pair (all stages)
     grey_bound: float = 0.0  # pre-alignment lower bound on the share of grey levels that moved (prescreen)
     colour_bound: float = 0.0  # ... of colours that moved
@@ -438,13 +454,13 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor, alignment: Optional[A
         al = align(a, b, spectra=(_spectrum_of(stored), _spectrum_of(new)))
     n = a.shape[0]
     rep = ChangeReport(peak=al.peak, scale=al.scale, shift=float(np.hypot(al.dx, al.dy)) / n,
-                       dx=al.dx / n, dy=al.dy / n, trials=al.trials, stage="flat" if flat else "")
+                       dx=al.dx / n, dy=al.dy / n, angle=al.angle, trials=al.trials, stage="flat" if flat else "")
     if flat and not _same_flat_colour(stored, new):
         # The global grey/colour matching below would explain any flat colour by any other.
         rep.overlap, rep.changed_area, rep.colour_area, rep.largest_region = 1.0, 1.0, 1.0, 1.0
         rep.where = "everywhere"
         return rep
-    bw = _warp(b, al.scale, al.dx, al.dy, fill=-1.0)
+    bw = _warp(b, al.scale, al.dx, al.dy, fill=-1.0, angle=al.angle)
     valid = bw >= 0.0
     # Pixels next to the border of what the new picture covers are resampled from the fill: leave them out.
     valid[1:-1, 1:-1] &= valid[:-2, 1:-1] & valid[2:, 1:-1] & valid[1:-1, :-2] & valid[1:-1, 2:]
@@ -474,7 +490,7 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor, alignment: Optional[A
     if vsmall.any():
         cdiff = np.zeros((CHROMA_SIDE, CHROMA_SIDE), np.float32)
         for ch in range(2):
-            cw = _warp(cb[ch], al.scale, al.dx / k, al.dy / k, fill=0.5)
+            cw = _warp(cb[ch], al.scale, al.dx / k, al.dy / k, fill=0.5, angle=al.angle)
             gc, oc = _robust_affine(cw[vsmall], ca[ch][vsmall], gains=(0.8, 1.25))
             cwn = gc * cw + oc
             # The colour map is 4x coarser than the grey one: a residual shift of a quarter grey
@@ -556,8 +572,8 @@ def prescreen(stored: ImageDescriptor, new: ImageDescriptor) -> tuple[float, flo
 
 
 # ---------------------------------------------------------------------------- decision
-RULE_FIELDS = ("min_peak", "min_overlap", "max_noise", "max_region", "max_area", "max_cell", "max_grey_bound",
-               "max_colour_bound")
+RULE_FIELDS = ("min_peak", "min_overlap", "max_shift", "max_noise", "max_region", "max_area", "max_cell",
+               "max_grey_bound", "max_colour_bound")
 
 
 @dataclass(frozen=True)
@@ -568,6 +584,9 @@ class ImageChangeRule:
       least this share of the picture must differ (:func:`prescreen`; the cheap early refusal);
     * ``min_peak``: the alignment found no consistent shift (another picture, another pose);
     * ``min_overlap``: the new picture shows too little of the stored one again;
+    * ``max_shift``: the pictures align only shifted by at least this share of the side --
+      another framing, not a drifting camera (two pictures of one shape on one flat
+      background align perfectly with the shape pushed out of the compared part);
     * ``max_noise``: after alignment the pictures still differ everywhere (texture, pose);
     * ``max_region``: a connected changed region covers at least this share of the picture;
     * ``max_cell``: one cell (1/144 of the picture) has at least this share of its pixels
@@ -582,6 +601,7 @@ class ImageChangeRule:
 
     min_peak: float = 0.12
     min_overlap: float = 0.7
+    max_shift: float = 1.01
     max_noise: float = 0.05
     max_region: float = 0.02
     max_area: float = 0.02
@@ -615,6 +635,9 @@ class ImageChangeRule:
                                                          f"{_pct(share)} of the picture would have to change")
         if rep.peak < self.min_peak:
             return ImageVerdict(False, "alignment", rep, f"the pictures do not align (peak {rep.peak:.2f} < {self.min_peak:.2f})")
+        if rep.shift >= self.max_shift:
+            return ImageVerdict(False, "alignment", rep, f"the pictures align only shifted by {_pct(rep.shift)} of the "
+                                                         f"side (>= {_pct(self.max_shift)}): another framing")
         if rep.overlap < self.min_overlap:
             return ImageVerdict(False, "overlap", rep,
                                 f"only {rep.overlap:.0%} of the stored picture is seen again (< {self.min_overlap:.0%})")
@@ -642,6 +665,8 @@ def describe_alignment(rep: ChangeReport) -> str:
     parts = ["shifted " + " and ".join(moves) if moves else "not shifted"]
     if abs(rep.scale - 1.0) > 1e-6:
         parts.append(f"at scale {rep.scale:.3f}")
+    if rep.angle:
+        parts.append(f"rotated {rep.angle:+.1f} deg")
     parts.append(f"alignment peak {rep.peak:.2f}")
     parts.append(f"{rep.overlap:.0%} of the stored picture seen again")
     return ", ".join(parts)
@@ -695,7 +720,8 @@ def judge(stored: ImageDescriptor, new: ImageDescriptor, rule: ImageChangeRule,
        copies and drifting frames are decided here; a refusal with a confident peak
        (> :data:`CONFIDENT_PEAK`: a plain shift explains the pair) is final, and so is one
        whose change map is far from passing (:data:`CLOSE_AREA`, :data:`CLOSE_REGION`);
-    3. otherwise the other scales (:data:`SCALES`) and the change map at the best of them.
+    3. otherwise the other scales (:data:`SCALES`) and small rotations (:data:`ANGLES`), and
+       the change map at the best of them.
 
     The pair is accepted when the change map at either alignment passes the rule. ``budget``:
     full comparisons left for this lookup (an early refusal costs none)."""
@@ -717,7 +743,7 @@ def judge(stored: ImageDescriptor, new: ImageDescriptor, rule: ImageChangeRule,
     v1 = rule.decide(rep1)
     if v1.accept or al1.peak > CONFIDENT_PEAK or not _another_scale_may_explain(rep1):
         return v1
-    al2 = align(a, b, SCALES, spectra=spectra, skip=(1.0,))
+    al2 = align(a, b, SCALES, spectra=spectra, skip=(1.0,), angles=ANGLES)
     rep2 = compare(stored, new, al2)
     rep2.grey_bound, rep2.colour_bound, rep2.stage = grey_b, colour_b, "scales"
     rep2.trials = rep1.trials = al1.trials + al2.trials
