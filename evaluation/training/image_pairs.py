@@ -918,6 +918,7 @@ def main_staged(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--measure-only", choices=("cal", "heldout"), default=None,
                    help="measure one set of rows and stop (to run both at once)")
     p.add_argument("--write-rule", action="store_true")
+    p.add_argument("--shipped-rule", action="store_true", help="report the shipped rule instead of calibrating one")
     args = p.parse_args(argv)
     import torch
 
@@ -940,7 +941,13 @@ def main_staged(argv: Optional[Sequence[str]] = None) -> int:
         (out / "image_judge_cal_rows.json").write_text(json.dumps({"rows": rows}) + "\n", encoding="utf-8")
         if args.measure_only == "cal":
             return 0
-    rule, tau, cal = calibrate_staged(rows)
+    if args.shipped_rule:  # the rule in the package asset, as shipped (no calibration)
+        rule = ImageChangeRule.load()
+        tau = float(json.loads(DEFAULT_RULE_PATH.read_text())["global_tau"])
+        cal = {"cal": bars(rule, [r for r in rows if r["split"] == "cal"], tau),
+               "val": bars(rule, [r for r in rows if r["split"] == "val"], tau), "tau": tau}
+    else:
+        rule, tau, cal = calibrate_staged(rows)
     res: dict[str, Any] = {"generated": time.strftime("%Y-%m-%d %H:%M"), "commit": _commit(), "rule": rule.to_json(),
                            "tau": tau, "calibration": cal}
     if args.write_rule:

@@ -665,8 +665,8 @@ def describe_alignment(rep: ChangeReport) -> str:
     parts = ["shifted " + " and ".join(moves) if moves else "not shifted"]
     if abs(rep.scale - 1.0) > 1e-6:
         parts.append(f"at scale {rep.scale:.3f}")
-    if rep.angle:
-        parts.append(f"rotated {rep.angle:+.1f} deg")
+    if rep.angle:  # the warp turns the new picture back by ``angle``: its content is turned by -angle
+        parts.append(f"rotated {-rep.angle:+.1f} deg (counter-clockwise positive)")
     parts.append(f"alignment peak {rep.peak:.2f}")
     parts.append(f"{rep.overlap:.0%} of the stored picture seen again")
     return ", ".join(parts)

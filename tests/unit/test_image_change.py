@@ -357,3 +357,21 @@ def test_a_rule_file_without_the_new_bounds_leaves_them_off(tmp_path) -> None:
     p.write_text('{"min_peak": 0.05, "min_overlap": 0.6, "max_noise": 0.07, "max_region": 0.03, "max_area": 0.005}')
     rule = ImageChangeRule.load(p)
     assert rule.max_cell > 1.0 and rule.max_grey_bound > 1.0 and rule.max_colour_bound > 1.0
+
+
+def test_a_copy_rotated_3_degrees_is_reused_and_the_rotation_is_named(verifier, astronaut) -> None:
+    v = verifier.verify(describe(astronaut), describe(astronaut.rotate(3.0, Image.BICUBIC, fillcolor=(128, 128, 128))))
+    assert v.accept, v.detail
+    assert v.report is not None and v.report.angle == pytest.approx(-3.0)
+    assert "rotated +3.0 deg" in v.detail
+
+
+def test_one_shape_elsewhere_on_a_flat_background_is_another_framing_not_a_drift() -> None:
+    # Aligned 28 % off, the first shape leaves the compared part and what is left matches:
+    # without a bound on the shift this pair of different pictures was "same content".
+    left, right = _shape(box=(4, 20, 24, 40)), _shape(box=(22, 20, 42, 40))
+    loose = dict(min_peak=0.05, min_overlap=0.6, max_region=0.03, max_area=0.02)
+    assert ImageChangeVerifier(ImageChangeRule(**loose)).verify(describe(left), describe(right)).accept
+    v = ImageChangeVerifier(ImageChangeRule(**loose, max_shift=0.1)).verify(describe(left), describe(right))
+    assert not v.accept and v.reason == "alignment" and "another framing" in v.detail
+    assert ImageChangeRule.load().max_shift < 0.28  # the shipped rule bounds it too
