@@ -534,5 +534,446 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
+
+
+# ============================================================================ drift, jitter, small edits
+# The second calibration (camera drift and re-shoots, edits down to 1 %): pairs from the
+# TRAIN side of the photo split, vtest.avi frames (train side) and easy-vqa TRAIN pictures;
+# the train side is split again by group (CAL_SEED) into calibration and validation halves;
+# the held-out check (docs/results/image_heldout_spec.json, committed before any of it was
+# generated) is built by :func:`heldout_pairs` from the held-out side and easy-vqa TEST.
+CAL_SEED = 3302
+HELDOUT_SEED = 3301
+SMALL_EDIT_AREAS = (0.01, 0.0125, 0.015, 0.02, 0.025, 0.03, 0.05)
+EVQA_COLOURS = {"red": (255, 0, 0), "green": (0, 255, 0), "blue": (0, 0, 255), "yellow": (255, 255, 0),
+                "teal": (0, 128, 128), "brown": (165, 42, 42), "black": (0, 0, 0), "gray": (128, 128, 128)}
+
+
+def subpixel_shift(im: Image.Image, dx: float, dy: float) -> Image.Image:
+    """Translate by a fractional (dx, dy) (bilinear), borders from the edge pixels."""
+    pad = int(np.ceil(max(abs(dx), abs(dy)))) + 1
+    a = np.pad(np.asarray(im.convert("RGB")), ((pad, pad), (pad, pad), (0, 0)), mode="edge")
+    big = Image.fromarray(np.ascontiguousarray(a))
+    w, h = im.size
+    return big.transform((w, h), Image.AFFINE, (1, 0, pad - dx, 0, 1, pad - dy), resample=Image.BILINEAR)
+
+
+def rotate(im: Image.Image, deg: float) -> Image.Image:
+    a = np.asarray(im.convert("RGB"))
+    border = np.concatenate([a[0], a[-1], a[:, 0], a[:, -1]])
+    fill = tuple(int(v) for v in np.median(border, axis=0))
+    return im.convert("RGB").rotate(deg, Image.BICUBIC, expand=False, fillcolor=fill)
+
+
+def motion_blur(im: Image.Image, px: int) -> Image.Image:
+    k = 3 if px <= 3 else 5
+    row = [0.0] * (k * (k // 2)) + [1.0 if abs(i - k // 2) <= (px - 1) / 2 else 0.0 for i in range(k)] + [0.0] * (k * (k // 2))
+    return im.convert("RGB").filter(ImageFilter.Kernel((k, k), row, scale=sum(row)))
+
+
+def exposure(im: Image.Image, f: float) -> Image.Image:
+    a = np.asarray(im.convert("RGB")).astype(np.float32) * f
+    return Image.fromarray(np.clip(a, 0, 255).round().astype(np.uint8))
+
+
+JITTER: dict[str, Benign] = {
+    "subpixel shift": lambda im, r, g: (lambda d: (subpixel_shift(im, *d), f"shift {d[0]:+.2f},{d[1]:+.2f} px"))(
+        (r.uniform(-0.8, 0.8), r.uniform(-0.8, 0.8))),
+    "few-pixel shift": lambda im, r, g: (lambda d: (subpixel_shift(im, *d), f"shift {d[0]:+.1f},{d[1]:+.1f} px"))(
+        (r.uniform(-4, 4), r.uniform(-4, 4))),
+    "sensor noise": lambda im, r, g: (lambda s: (imageops.noise(im, s, g), f"noise sigma {s:.1f}"))(r.uniform(2, 6)),
+    "exposure step": lambda im, r, g: (lambda f: (exposure(im, f), f"exposure x{f:.2f}"))(r.choice((0.85, 0.9, 1.1, 1.15))),
+    "motion blur": lambda im, r, g: (lambda k: (motion_blur(im, k), f"motion blur {k} px"))(r.choice((2, 3, 4, 5))),
+    "small rotation": lambda im, r, g: (lambda d: (rotate(im, d), f"rotation {d:+.1f} deg"))(r.choice((-1, 1)) * r.uniform(0.5, 3.0)),
+    "rescale": lambda im, r, g: (lambda s: (imageops.resize(im, s), f"resized {s:.0%}"))(r.uniform(0.4, 1.5)),
+    "crop": lambda im, r, g: (lambda c: (imageops.crop(im, c, (r.random(), r.random())), f"cropped {c:.1%}"))(r.uniform(0.02, 0.06)),
+    "jpeg low": lambda im, r, g: (lambda q: (imageops.jpeg(im, q), f"JPEG q{q}"))(r.randint(25, 50)),
+    "blur": lambda im, r, g: (lambda s: (im.filter(ImageFilter.GaussianBlur(s)), f"blur {s:.1f}"))(r.uniform(0.5, 1.5)),
+    "contrast": lambda im, r, g: (lambda f: (contrast(im, f), f"contrast {f:.2f}"))(r.uniform(0.8, 0.9)),
+    "drift": lambda im, r, g: (imageops.noise(exposure(subpixel_shift(im, r.uniform(-2.5, 2.5), r.uniform(-2.5, 2.5)),
+                                                       r.uniform(0.92, 1.08)), r.uniform(2, 4), g), "drift: shift + exposure + noise"),
+}
+
+
+def evqa_jitter(im: Image.Image, r: random.Random, g: np.random.Generator) -> Image.Image:
+    """An easy-vqa picture re-shot: shift in [-2, 2] px (sub-pixel), noise sigma 3, brightness x0.94-1.06."""
+    out = subpixel_shift(im, r.uniform(-2, 2), r.uniform(-2, 2))
+    return imageops.noise(imageops.brightness(out, r.uniform(0.94, 1.06)), 3.0, g)
+
+
+def evqa_recolour(im: Image.Image, colour: str, r: random.Random) -> tuple[Image.Image, str]:
+    """The shape's pixels (within 60 of its colour in RGB) set to another easy-vqa colour."""
+    a = np.asarray(im.convert("RGB")).astype(np.int32)
+    mask = np.abs(a - np.array(EVQA_COLOURS[colour])).sum(axis=2) <= 60
+    other = r.choice([c for c in EVQA_COLOURS if c != colour])
+    a = a.copy()
+    a[mask] = EVQA_COLOURS[other]
+    return Image.fromarray(a.astype(np.uint8)), f"{colour} -> {other} ({mask.mean():.1%} of the picture)"
+
+
+def feathered_paste(base: Image.Image, patch: Image.Image, mask: Image.Image, xy: tuple[int, int]) -> Image.Image:
+    radius = max(1.0, 2.0 * max(base.size) / 768)
+    return paste(base, patch, mask.filter(ImageFilter.GaussianBlur(radius)), xy)
+
+
+def small_edits(n: str, im: Image.Image, donors: Sequence[Image.Image], split: str, r: random.Random,
+                g: np.random.Generator, areas: Sequence[float] = SMALL_EDIT_AREAS) -> list[Pair]:
+    """paste / feathered paste / recolour at each of ``areas``; half re-encoded (JPEG q70-90)."""
+    out = []
+    W, H = im.size
+    for area in areas:
+        for kind in ("paste", "feathered paste", "recolour"):
+            if kind == "recolour":
+                new = recolour(im, area, r)
+            else:
+                patch, mask = cutout(r.choice(list(donors)), area * W * H, r)
+                xy = _place(im, patch.size, r)
+                new = paste(im, patch, mask, xy) if kind == "paste" else feathered_paste(im, patch, mask, xy)
+            extra = ""
+            if r.random() < 0.5:
+                q = r.randint(70, 90)
+                new, extra = imageops.jpeg(new, q), f" + JPEG q{q}"
+            out.append(Pair(n, split, "edit", kind, f"{kind} {area:.2%}{extra}", area, im, new))
+    return out
+
+
+def evqa_pairs(split_name: str, pictures: Sequence[Any], seed: int, label_split: str) -> list[Pair]:
+    out = []
+    for v in pictures:
+        r = random.Random(f"{seed}:evqa:{v.image_id}")
+        g = np.random.default_rng(r.randrange(2**32))
+        im = Image.open(v.path).convert("RGB")
+        out.append(Pair(f"evqa:{v.image_id}", label_split, "benign", "easy-vqa jitter", "shift +-2 px, noise 3, brightness",
+                        0.0, im, evqa_jitter(im, r, g)))
+        rec, what = evqa_recolour(im, v.color, r)
+        out.append(Pair(f"evqa:{v.image_id}", label_split, "edit", "easy-vqa shape colour", what, 0.05, im,
+                        evqa_jitter(rec, r, g)))
+    return out
+
+
+def calibration_pairs(pics: dict[str, Image.Image], group: dict[str, str], train: Sequence[str],
+                      n_evqa: int = 300) -> list[Pair]:
+    """Train-side pairs (jitter, drift, small edits, different pictures, easy-vqa train),
+    labelled ``split`` "cal" or "val" by group (CAL_SEED)."""
+    from ..sources.easyvqa import load_split
+
+    groups = sorted({group[n] for n in train})
+    random.Random(CAL_SEED).shuffle(groups)
+    val_groups = set(groups[: len(groups) // 2])
+    side = {n: "val" if group[n] in val_groups else "cal" for n in train}
+    pairs: list[Pair] = []
+    for n in sorted(train):
+        r = random.Random(f"{CAL_SEED}:{n}")
+        g = np.random.default_rng(r.randrange(2**32))
+        im = pics[n]
+        for k, fn in JITTER.items():
+            new, what = fn(im, r, g)
+            pairs.append(Pair(n, side[n], "benign", k, what, 0.0, im, new))
+        donors = [pics[m] for m in train if m != n and side[m] == side[n]]
+        pairs += small_edits(n, im, donors, side[n], r, g)
+    names = sorted(train)
+    related = {frozenset(p): k for k, ps in RELATED.items() for p in ps}
+    for a, b in itertools.combinations(names, 2):
+        if side[a] == side[b]:
+            rel = related.get(frozenset((a, b)), "same video" if a.split(":")[0] == b.split(":")[0] == "vtest"
+                              else "different")
+            pairs.append(Pair(a, side[a], "different", rel, f"{a} vs {b}", 0.0, pics[a], pics[b]))
+    ev = load_split("train")[:n_evqa]
+    half = len(ev) // 2
+    pairs += evqa_pairs("train", ev[:half], CAL_SEED, "cal") + evqa_pairs("train", ev[half:], CAL_SEED, "val")
+    for sp, sel in (("cal", ev[:half]), ("val", ev[half:])):  # different easy-vqa pictures (neighbours in id order)
+        ims = [Image.open(v.path).convert("RGB") for v in sel]
+        for i in range(len(sel) - 1):
+            pairs.append(Pair(f"evqa:{sel[i].image_id}", sp, "different", "easy-vqa other picture",
+                              f"{sel[i].image_id} vs {sel[i + 1].image_id}", 0.0, ims[i], ims[i + 1]))
+    return pairs
+
+
+HELDOUT_COPIES: dict[str, Callable[[Image.Image, random.Random, np.random.Generator], Image.Image]] = {
+    "JPEG q30": lambda im, r, g: imageops.jpeg(im, 30),
+    "resize 40 %": lambda im, r, g: imageops.resize(im, 0.4),
+    "rotation 3 deg": lambda im, r, g: rotate(im, 3.0 * r.choice((-1, 1))),
+    "crop 6 %": lambda im, r, g: imageops.crop(im, 0.06, (r.random(), r.random())),
+    "contrast 0.85": lambda im, r, g: contrast(im, 0.85),
+    "blur 1.0": lambda im, r, g: im.filter(ImageFilter.GaussianBlur(1.0)),
+}
+HELDOUT_DRIFT: dict[str, Callable[[Image.Image, random.Random, np.random.Generator], Image.Image]] = {
+    "shift 0.5 px": lambda im, r, g: subpixel_shift(im, 0.5, 0.5 * r.choice((-1, 1))),
+    "shift 3 px": lambda im, r, g: imageops.shift(im, 3 * r.choice((-1, 1)), 3 * r.choice((-1, 1))),
+    "noise 4": lambda im, r, g: imageops.noise(im, 4.0, g),
+    "exposure x1.12": lambda im, r, g: exposure(im, 1.12),
+    "exposure x0.88": lambda im, r, g: exposure(im, 0.88),
+    "motion blur 3 px": lambda im, r, g: motion_blur(im, 3),
+    "rotation 1 deg": lambda im, r, g: rotate(im, r.choice((-1, 1))),
+    "rescale 90 %": lambda im, r, g: imageops.resize(im, 0.9),
+    "JPEG q40 + shift 1 px": lambda im, r, g: imageops.jpeg(imageops.shift(im, 1, 0), 40),
+}
+
+
+HELDOUT_V2_SEED = 3303
+
+
+def heldout_pairs(pics: dict[str, Image.Image], held: Sequence[str], version: int = 2) -> list[Pair]:
+    """The held-out check of docs/results/image_heldout_spec.json (v1, seed HELDOUT_SEED,
+    easy-vqa test 0-199) or image_heldout_spec_v2.json (v2, seed HELDOUT_V2_SEED, easy-vqa
+    test 200-399 and pairs of different easy-vqa pictures)."""
+    from ..sources.easyvqa import load_split
+
+    seed = HELDOUT_SEED if version == 1 else HELDOUT_V2_SEED
+    pairs: list[Pair] = []
+    for n in sorted(held):
+        r = random.Random(f"{seed}:{n}")
+        g = np.random.default_rng(r.randrange(2**32))
+        im = pics[n]
+        for k, fn in HELDOUT_COPIES.items():
+            pairs.append(Pair(n, "held-out", "benign", "copy: " + k, k, 0.0, im, fn(im, r, g)))
+        for k, fn in HELDOUT_DRIFT.items():
+            pairs.append(Pair(n, "held-out", "benign", "drift: " + k, k, 0.0, im, fn(im, r, g)))
+        pairs += small_edits(n, im, [pics[m] for m in held if m != n], "held-out", r, g)
+    rel = {frozenset(p): k for k, ps in RELATED.items() for p in ps}
+    for a, b in itertools.combinations(sorted(held), 2):
+        kind = rel.get(frozenset((a, b)), "same video" if a.split(":")[0] == b.split(":")[0] == "tree" else "unrelated")
+        pairs.append(Pair(a, "held-out", "different", kind, f"{a} vs {b}", 0.0, pics[a], pics[b]))
+    ev = load_split("test")[:200] if version == 1 else load_split("test")[200:400]
+    pairs += evqa_pairs("test", ev, seed, "held-out")
+    if version >= 2:
+        ims = [Image.open(v.path).convert("RGB") for v in ev]
+        for i in range(len(ev) - 1):
+            pairs.append(Pair(f"evqa:{ev[i].image_id}", "held-out", "different", "easy-vqa other picture",
+                              f"{ev[i].image_id} vs {ev[i + 1].image_id}", 0.0, ims[i], ims[i + 1]))
+    return pairs
+
+
+STAGED = ("peak", "overlap", "shift", "noise", "largest_region", "largest_cell", "changed_area")
+
+
+def measure_staged(pairs: Sequence[Pair], encoder: Optional[str] = "efficientnet-lite0") -> list[dict[str, Any]]:
+    """What :func:`~mlc_integrations.verify.image_change.judge` sees for each pair, for any
+    rule: the early bounds, the change map at scale 1 (``s1_*``), and at the best other
+    scale (``s2_*``, only when the scale-1 peak is not confident), and the global cosine."""
+    from mlc_integrations.images import pixel_digest
+    from mlc_integrations.verify.image_change import (ANGLES, CONFIDENT_PEAK, SCALES, _grey01, _spectrum_of, align,
+                                                      is_flat, prescreen)
+
+    enc = None
+    if encoder:
+        from mlc_integrations.embed.image_towers import resolve_image_encoder
+
+        enc = resolve_image_encoder(encoder)
+        enc.load()
+    rows = []
+    desc_cache: dict[int, Any] = {}
+    for p in pairs:
+        assert p.stored is not None and p.new is not None
+        ds = desc_cache.setdefault(id(p.stored), describe(p.stored))
+        t0 = time.perf_counter()
+        dn = describe(p.new)
+        gb, cb = prescreen(ds, dn)
+        row: dict[str, Any] = {"source": p.source, "split": p.split, "label": p.label, "kind": p.kind,
+                               "detail": p.detail, "area": p.area, "grey_bound": round(gb, 5), "colour_bound": round(cb, 5)}
+        if is_flat(ds, dn):
+            reps = {"s1": compare(ds, dn)}
+        else:
+            a, b = _grey01(ds), _grey01(dn)
+            sp = (_spectrum_of(ds), _spectrum_of(dn))
+            al1 = align(a, b, scales=(1.0,), spectra=sp)
+            reps = {"s1": compare(ds, dn, al1)}
+            if al1.peak <= CONFIDENT_PEAK:
+                reps["s2"] = compare(ds, dn, align(a, b, SCALES, spectra=sp, skip=(1.0,), angles=ANGLES))
+        row["ms"] = round((time.perf_counter() - t0) * 1000, 3)
+        for k, rep in reps.items():
+            for f in STAGED:
+                row[f"{k}_{f}"] = round(float(getattr(rep, f)), 5)
+        row["where"] = reps["s1"].where
+        if enc is not None:
+            vs = enc.embed_images([p.stored, p.new], [pixel_digest(p.stored), pixel_digest(p.new)])
+            row["cosine"] = round(float(vs[0] @ vs[1]), 5)
+        rows.append(row)
+    return rows
+
+
+def _cols(rows: Sequence[dict[str, Any]]) -> dict[str, np.ndarray]:
+    cols = {c: np.array([r.get(c, 1.0) for r in rows], float) for c in ("grey_bound", "colour_bound", "cosine")}
+    for k in ("s1", "s2"):
+        has = np.array([f"{k}_peak" in r for r in rows])
+        cols[f"{k}_has"] = has
+        for f in STAGED:
+            cols[f"{k}_{f}"] = np.array([r.get(f"{k}_{f}", 0.0) for r in rows], float)
+    return cols
+
+
+def staged_accept(rule: ImageChangeRule, c: dict[str, np.ndarray], tau: float) -> np.ndarray:
+    """:func:`judge` over arrays (same tests, same order), and the global cosine >= tau."""
+    def ok(k: str) -> np.ndarray:
+        return ((c[f"{k}_peak"] >= rule.min_peak) & (c[f"{k}_overlap"] >= rule.min_overlap)
+                & (c[f"{k}_shift"] < rule.max_shift)
+                & (c[f"{k}_noise"] <= rule.max_noise) & (c[f"{k}_largest_region"] < rule.max_region)
+                & (c[f"{k}_largest_cell"] < rule.max_cell) & (c[f"{k}_changed_area"] < rule.max_area))
+
+    from mlc_integrations.verify.image_change import CLOSE_AREA, CLOSE_REGION
+
+    early = (c["grey_bound"] >= rule.max_grey_bound) | (c["colour_bound"] >= rule.max_colour_bound)
+    close = (c["s1_changed_area"] < CLOSE_AREA) & (c["s1_largest_region"] < CLOSE_REGION)
+    return ~early & (ok("s1") | (c["s2_has"] & close & ok("s2"))) & (c["cosine"] >= tau)
+
+
+GRID2 = {
+    "min_peak": (0.05, 0.08),
+    "min_overlap": (0.6, 0.7, 0.8),
+    "max_shift": (0.06, 0.1, 0.15, 1.01),
+    "max_noise": (0.05, 0.07),
+    "max_region": (0.0075, 0.01, 0.015, 0.02, 0.03),
+    "max_area": (0.003, 0.005, 0.0075, 0.01, 0.015, 0.03),
+    "max_cell": (0.1, 0.15, 0.2, 0.25, 0.3, 0.4, 0.6, 1.01),
+}
+TAU_GRID2 = (0.6, 0.65)
+EARLY_MARGIN = 1.5  # the early bounds sit this far above every calibration benign pair's
+
+
+_COLS: dict[int, tuple[Sequence[dict[str, Any]], dict[str, np.ndarray]]] = {}
+
+
+def bars(rule: ImageChangeRule, rows: Sequence[dict[str, Any]], tau: float) -> dict[str, dict[str, Any]]:
+    """Reuse of each bar's population (rows of one split)."""
+    hit = _COLS.get(id(rows))
+    if hit is None or hit[0] is not rows:
+        hit = _COLS[id(rows)] = (rows, _cols(rows))
+    c = hit[1]
+    acc = staged_accept(rule, c, tau)
+    lab = np.array([r["label"] for r in rows])
+    kind = np.array([r["kind"] for r in rows])
+    area = np.array([r["area"] for r in rows])
+    evqa = np.array([r["source"].startswith("evqa:") for r in rows])
+    sel = {
+        "easy-vqa jittered frame (>= 80 %)": (lab == "benign") & evqa,
+        "easy-vqa shape in another colour (<= 2 %)": kind == "easy-vqa shape colour",
+        "benign copies of real photos (>= 90 %)": (lab == "benign") & ~evqa & np.char.startswith(kind.astype(str), "copy: "),
+        "drift and jitter of real photos": (lab == "benign") & ~evqa & ~np.char.startswith(kind.astype(str), "copy: "),
+        "all benign real photos (>= 95 %)": (lab == "benign") & ~evqa,
+        "edits 1-1.5 % (<= 5 %)": (lab == "edit") & ~evqa & (area < 0.0175),
+        "edits 2-3 % (<= 2 %)": (lab == "edit") & ~evqa & (area > 0.0175) & (area < 0.0299),
+        "edits >= 3 % (<= 1 %)": (lab == "edit") & ~evqa & (area >= 0.0299),
+        "different pictures (0)": (lab == "different") & ~np.isin(kind, SAME_SCENE),
+        "different frames of one video (reported)": (lab == "different") & np.isin(kind, SAME_SCENE),
+    }
+    out = {}
+    for k, m in sel.items():
+        n = int(m.sum())
+        out[k] = {"n": n, "reused": int(acc[m].sum()), "rate": float(acc[m].mean()) if n else float("nan")}
+    if (lab == "benign").any():
+        by = {}
+        for k in sorted(set(kind[lab == "benign"])):
+            m = (lab == "benign") & (kind == k) & ~evqa
+            if m.any():
+                by[k] = f"{int(acc[m].sum())}/{int(m.sum())}"
+        out["benign by transform"] = by  # type: ignore[assignment]
+        early = (c["grey_bound"] >= rule.max_grey_bound) | (c["colour_bound"] >= rule.max_colour_bound)
+        out["refused before alignment"] = {k: f"{int(early[m].sum())}/{int(m.sum())}" for k, m in sel.items()}  # type: ignore[assignment]
+    return out
+
+
+def _violation(b: dict[str, dict[str, Any]]) -> float:
+    lim = {"easy-vqa shape in another colour (<= 2 %)": 0.02, "edits 1-1.5 % (<= 5 %)": 0.05,
+           "edits 2-3 % (<= 2 %)": 0.02, "edits >= 3 % (<= 1 %)": 0.01, "different pictures (0)": 0.0}
+    return sum(max(0.0, b[k]["rate"] - v) for k, v in lim.items() if b[k]["n"])
+
+
+def _benefit(b: dict[str, dict[str, Any]]) -> float:
+    return min(b["easy-vqa jittered frame (>= 80 %)"]["rate"] / 0.8, b["all benign real photos (>= 95 %)"]["rate"] / 0.95)
+
+
+def calibrate_staged(rows: Sequence[dict[str, Any]], top: int = 40) -> tuple[ImageChangeRule, float, dict[str, Any]]:
+    """Early bounds from the calibration half's benign pairs (x EARLY_MARGIN); the grid
+    point (rule, tau) chosen in two steps: the ``top`` best on the calibration half
+    (fewest bar violations, then most benign reuse), then the best of those on the
+    validation half (same order)."""
+    cal = [r for r in rows if r["split"] == "cal"]
+    val = [r for r in rows if r["split"] == "val"]
+    ben = [r for r in cal if r["label"] == "benign"]
+    gmax = max(r["grey_bound"] for r in ben)
+    cmax = max(r["colour_bound"] for r in ben)
+    early = {"max_grey_bound": round(min(1.01, EARLY_MARGIN * gmax), 4), "max_colour_bound": round(min(1.01, EARLY_MARGIN * cmax), 4)}
+    scored = []
+    for tau in TAU_GRID2:
+        for values in itertools.product(*GRID2.values()):
+            rule = ImageChangeRule(**dict(zip(GRID2, values)), **early, source="calibrated")
+            b = bars(rule, cal, tau)
+            scored.append((-_violation(b), _benefit(b), -tau, rule, tau))
+    scored.sort(key=lambda x: x[:3], reverse=True)
+    shortlist = scored[:top]
+    best = max(shortlist, key=lambda s: (-_violation(bars(s[3], val, s[4])), _benefit(bars(s[3], val, s[4])), s[0], s[1]))
+    rule, tau = best[3], best[4]
+    return rule, tau, {"early_from_cal_benign_max": {"grey": gmax, "colour": cmax}, "margin": EARLY_MARGIN,
+                       "cal": bars(rule, cal, tau), "val": bars(rule, val, tau), "tau": tau,
+                       "shortlist": len(shortlist), "grid": len(scored)}
+
+
+def main_staged(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m evaluation.training.image_pairs staged")
+    p.add_argument("--out", default="mlc_report")
+    p.add_argument("--rows", default=None, help="reuse measured calibration rows")
+    p.add_argument("--heldout", action="store_true", help="also measure the held-out check with the chosen rule")
+    p.add_argument("--heldout-version", type=int, default=2)
+    p.add_argument("--heldout-rows", default=None, help="reuse measured held-out rows")
+    p.add_argument("--measure-only", choices=("cal", "heldout"), default=None,
+                   help="measure one set of rows and stop (to run both at once)")
+    p.add_argument("--write-rule", action="store_true")
+    p.add_argument("--shipped-rule", action="store_true", help="report the shipped rule instead of calibrating one")
+    args = p.parse_args(argv)
+    import torch
+
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    torch.set_num_threads(1)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    pics, group = load_sources()
+    train, held = split_sources(group)
+    if args.measure_only == "heldout":
+        hrows = measure_staged(heldout_pairs(pics, held, args.heldout_version))
+        (out / "image_judge_heldout_rows.json").write_text(json.dumps({"rows": hrows}) + "\n", encoding="utf-8")
+        return 0
+    if args.rows:
+        rows = json.loads(Path(args.rows).read_text())["rows"]
+    else:
+        pairs = calibration_pairs(pics, group, train)
+        log.info("%d calibration pairs", len(pairs))
+        rows = measure_staged(pairs)
+        (out / "image_judge_cal_rows.json").write_text(json.dumps({"rows": rows}) + "\n", encoding="utf-8")
+        if args.measure_only == "cal":
+            return 0
+    if args.shipped_rule:  # the rule in the package asset, as shipped (no calibration)
+        rule = ImageChangeRule.load()
+        tau = float(json.loads(DEFAULT_RULE_PATH.read_text())["global_tau"])
+        cal = {"cal": bars(rule, [r for r in rows if r["split"] == "cal"], tau),
+               "val": bars(rule, [r for r in rows if r["split"] == "val"], tau), "tau": tau}
+    else:
+        rule, tau, cal = calibrate_staged(rows)
+    res: dict[str, Any] = {"generated": time.strftime("%Y-%m-%d %H:%M"), "commit": _commit(), "rule": rule.to_json(),
+                           "tau": tau, "calibration": cal}
+    if args.write_rule:
+        DEFAULT_RULE_PATH.write_text(json.dumps(dict(rule.to_json(), global_tau=tau, source=(
+            f"python -m evaluation.training.image_pairs staged (train side: cal/val by group, seeds {SPLIT_SEED}/{CAL_SEED}, "
+            f"commit {res['commit']})"), calibration={"cal": cal["cal"], "val": cal["val"]}), indent=1) + "\n", encoding="utf-8")
+    if args.heldout:
+        if args.heldout_rows:
+            hrows = json.loads(Path(args.heldout_rows).read_text())["rows"]
+        else:
+            hp = heldout_pairs(pics, held, args.heldout_version)
+            log.info("%d held-out pairs", len(hp))
+            hrows = measure_staged(hp)
+            (out / "image_judge_heldout_rows.json").write_text(json.dumps({"rows": hrows}) + "\n", encoding="utf-8")
+        res["heldout_version"] = args.heldout_version
+        res["heldout"] = bars(rule, hrows, tau)
+        ms = [r["ms"] for r in hrows]
+        res["heldout_ms_per_pair"] = {"p50": float(np.percentile(ms, 50)), "p90": float(np.percentile(ms, 90))}
+    (out / "image_judge.json").write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(res, indent=1))
+    return 0
+
+
 if __name__ == "__main__":  # pragma: no cover
+    import sys
+
+    if sys.argv[1:2] == ["staged"]:
+        raise SystemExit(main_staged(sys.argv[2:]))
     raise SystemExit(main())

@@ -273,3 +273,105 @@ def test_a_flat_picture_with_one_odd_pixel_is_reused_and_another_flat_colour_is_
     verifier = ImageChangeVerifier()
     assert verifier.verify(describe(red).to_text(), describe(_jpeg(near, 80))).accept
     assert not verifier.verify(describe(red).to_text(), describe(Image.new("RGB", (64, 64), (30, 30, 220)))).accept
+
+
+# ---------------------------------------------------------------------------- drift, cost, explanations
+def _shape(colour=(220, 30, 30), bg=(246, 236, 240), side=64, box=(18, 20, 44, 46)) -> Image.Image:
+    im = Image.new("RGB", (side, side), bg)
+    ImageDraw.Draw(im).ellipse(box, fill=colour)
+    return im
+
+
+def test_a_small_shape_compared_half_a_pixel_off_is_not_a_changed_colour_region() -> None:
+    # A 64-px shape's colour edge covers a quarter of a colour-map pixel per grey pixel of
+    # shift: a blend of neighbouring colours is not a change (it was: "a region changed").
+    from mlc_integrations.verify.image_change import Alignment
+
+    im = _shape()
+    copy = im.resize((51, 51), Image.BICUBIC)
+    for dy in (0.5, 0.77, 1.0):
+        rep = compare(describe(im), describe(copy), Alignment(1.0, 0.0, dy, 0.5))
+        assert rep.colour_area == pytest.approx(0.0, abs=1e-9)
+        assert rep.largest_region == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_resized_small_shape_is_reused_at_the_first_alignment(verifier) -> None:
+    im = _shape()
+    v = verifier.verify(describe(im), describe(im.resize((51, 51), Image.BICUBIC)))
+    assert v.accept, v.detail
+    assert v.report is not None and v.report.stage in ("scale 1", "scales")
+
+
+def test_a_confident_first_alignment_needs_one_phase_correlation(verifier, astronaut) -> None:
+    v = verifier.verify(describe(astronaut), describe(_jpeg(_shift(astronaut, 3, -2), 80)))
+    assert v.accept, v.detail
+    assert v.report is not None and v.report.stage == "scale 1" and v.report.trials == 1
+
+
+def test_histograms_that_cannot_match_are_refused_before_any_alignment() -> None:
+    rule = ImageChangeRule(max_grey_bound=0.2, max_colour_bound=0.2)
+    ver = ImageChangeVerifier(rule)
+    red = _shape(box=(4, 4, 60, 60))
+    blue = _shape(colour=(30, 30, 220), box=(4, 4, 60, 60))
+    v = ver.verify(describe(red), describe(blue))
+    assert not v.accept and v.reason == "prescreen"
+    assert v.report is not None and v.report.trials == 0
+    assert "before any alignment" in v.detail and "colours" in v.detail
+
+
+def test_the_early_bound_is_a_lower_bound_on_pixels_that_differ() -> None:
+    # However the pixels are matched one to one, at least this share differs by more than t.
+    from mlc_integrations.verify.image_change import _levy_gap
+
+    rng = np.random.default_rng(0)
+    a = rng.random(500)
+    b = a.copy()
+    b[:100] += 0.5  # exactly 100 of 500 moved by more than t
+    bound = _levy_gap(np.sort(a), np.sort(b), 0.1)
+    assert 0.0 < bound <= 100 / 500 + 1e-9
+    assert _levy_gap(np.sort(a), np.sort(a), 0.1) == 0.0
+
+
+def test_an_early_refusal_spends_no_comparison_and_the_budget_refuses_past_its_limit(astronaut, coffee) -> None:
+    rule = ImageChangeRule(max_grey_bound=0.2, max_colour_bound=0.2)
+    ver = ImageChangeVerifier(rule, comparisons_per_lookup=1)
+    budget = ver.budget()
+    red, blue = _shape(box=(4, 4, 60, 60)), _shape(colour=(30, 30, 220), box=(4, 4, 60, 60))
+    assert ver.verify(describe(red), describe(blue), budget=budget).reason == "prescreen"
+    assert budget.used == 0
+    first = ver.verify(describe(astronaut), describe(_jpeg(astronaut, 85)), budget=budget)
+    assert first.accept and budget.used == 1
+    late = ver.verify(describe(astronaut), describe(_jpeg(astronaut, 85)), budget=budget)
+    assert not late.accept and late.reason == "budget" and "1 pictures were compared" in late.detail
+
+
+def test_a_hit_says_which_alignment_it_found(verifier, astronaut) -> None:
+    v = verifier.verify(describe(astronaut), describe(_shift(astronaut, 6, 0)))
+    assert v.accept, v.detail
+    assert "shifted" in v.detail and "peak" in v.detail and "seen again" in v.detail
+    assert v.scores()["image_dx"] == pytest.approx(6 / astronaut.width, abs=0.01)
+
+
+def test_a_rule_file_without_the_new_bounds_leaves_them_off(tmp_path) -> None:
+    p = tmp_path / "rule.json"
+    p.write_text('{"min_peak": 0.05, "min_overlap": 0.6, "max_noise": 0.07, "max_region": 0.03, "max_area": 0.005}')
+    rule = ImageChangeRule.load(p)
+    assert rule.max_cell > 1.0 and rule.max_grey_bound > 1.0 and rule.max_colour_bound > 1.0
+
+
+def test_a_copy_rotated_3_degrees_is_reused_and_the_rotation_is_named(verifier, astronaut) -> None:
+    v = verifier.verify(describe(astronaut), describe(astronaut.rotate(3.0, Image.BICUBIC, fillcolor=(128, 128, 128))))
+    assert v.accept, v.detail
+    assert v.report is not None and v.report.angle == pytest.approx(-3.0)
+    assert "rotated +3.0 deg" in v.detail
+
+
+def test_one_shape_elsewhere_on_a_flat_background_is_another_framing_not_a_drift() -> None:
+    # Aligned 28 % off, the first shape leaves the compared part and what is left matches:
+    # without a bound on the shift this pair of different pictures was "same content".
+    left, right = _shape(box=(4, 20, 24, 40)), _shape(box=(22, 20, 42, 40))
+    loose = dict(min_peak=0.05, min_overlap=0.6, max_region=0.03, max_area=0.02)
+    assert ImageChangeVerifier(ImageChangeRule(**loose)).verify(describe(left), describe(right)).accept
+    v = ImageChangeVerifier(ImageChangeRule(**loose, max_shift=0.1)).verify(describe(left), describe(right))
+    assert not v.accept and v.reason == "alignment" and "another framing" in v.detail
+    assert ImageChangeRule.load().max_shift < 0.28  # the shipped rule bounds it too
