@@ -263,7 +263,13 @@ def test_a_strict_engines_failed_lookup_raises_through_an_error_span(otel: Otel,
     assert otel.points("mlc.cache.lookups") == [({"mlc.cache.result": "error", "mlc.cache.tier": "none"}, 1)]
 
 
-def test_without_an_sdk_provider_the_hooks_call_the_engine_straight_through(engine: MLCEngine) -> None:
+def test_without_an_sdk_provider_the_hooks_call_the_engine_straight_through(
+        engine: MLCEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    import opentelemetry.metrics._internal as metrics_internal
+
+    # as in a process where nothing installed a provider (whatever an earlier test did)
+    monkeypatch.setattr(trace, "_TRACER_PROVIDER", None)
+    monkeypatch.setattr(metrics_internal, "_METER_PROVIDER", None)
     telemetry.reset()
     # The API's proxies (no SDK installed) record nothing: the hooks do no work.
     assert isinstance(trace.get_tracer_provider(), trace.ProxyTracerProvider)
