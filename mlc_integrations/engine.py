@@ -11,6 +11,7 @@ verifier (:mod:`.verify`) — see docs/architecture.md.
 from __future__ import annotations
 
 import asyncio
+import uuid
 import functools
 import logging
 import threading
@@ -55,7 +56,7 @@ CLOSE_DRAIN_TIMEOUT_S = 60.0
 
 def release_engine(pending: Optional[PendingEntries], eviction: Eviction, store: ChromaStore,
                    dir_lock: Optional[DirectoryLock], warm: Optional[threading.Thread],
-                   warm_stop: threading.Event) -> None:
+                   warm_stop: threading.Event, keep_counters: Optional[Callable[[], None]] = None) -> None:
     """An engine's teardown, in order: the warm start (told to stop after its current
     step, then awaited: a model still loading in native code while the interpreter tears
     down crashed a script that exited right after building an engine), pending entries,
@@ -69,13 +70,26 @@ def release_engine(pending: Optional[PendingEntries], eviction: Eviction, store:
             log.warning("cache closing: %d acknowledged entries were not written within %.0f s (lost)",
                         len(pending), CLOSE_DRAIN_TIMEOUT_S)
         pending.close()
-    for what, step in (("last-access times", eviction.flush), ("store", store.close)):
+    steps = [("last-access times", eviction.flush), ("store", store.close)]
+    if keep_counters is not None:
+        steps.insert(0, ("traffic counters", keep_counters))
+    for what, step in steps:
         try:
             step()
         except Exception as exc:
             log.warning("cache closing: %s not written/closed: %s: %s", what, type(exc).__name__, exc)
     if dir_lock is not None:
         dir_lock.release()
+
+
+COUNTERS_EVERY = 1000  # lookups between two writes of the traffic counters (also written at release)
+
+
+def _keep_counters(entries: EntryStore, stats: EngineStats, token: str) -> None:
+    try:
+        entries.write_counters(token, stats.persisted())
+    except Exception as exc:  # counters are a view: a failed write never costs a call
+        log.debug("traffic counters not written: %s", exc)
 
 
 class MLCEngine:
@@ -201,8 +215,13 @@ class MLCEngine:
             # (pure Python, ~0.5 s) loads now in the background: else the first L1 hit pays it.
             self._warm = threading.Thread(target=self._warm_verifier, name="mlc-warm-verifier", daemon=True)
         # Released once: close(), garbage collection, interpreter exit or SIGTERM (shutdown.py).
+        # A persistent or shared cache keeps its traffic counters at rest (`mlc stats` reads them):
+        # at release, and every COUNTERS_EVERY lookups from a short background thread.
+        self._counters_token = uuid.uuid4().hex
+        self._keep_counters = (functools.partial(_keep_counters, self.entries, self._stats, self._counters_token)
+                               if self.store.mode != "ephemeral" else None)
         self._release = shutdown.register(self, release_engine, self.pending, self.eviction, self.store,
-                                          self._dir_lock, self._warm, self._warm_stop)
+                                          self._dir_lock, self._warm, self._warm_stop, self._keep_counters)
         if self.pending is not None:
             shutdown.install_sigterm_handler()
         if self._warm is not None:
@@ -330,6 +349,8 @@ class MLCEngine:
         if trace.hit is None:
             self._stats.incr("misses")
         trace.ms = self._record_latency(t0, trace.hit)
+        if self._keep_counters is not None and self._stats.count("lookups") % COUNTERS_EVERY == 0:
+            threading.Thread(target=self._keep_counters, name="mlc-counters", daemon=True).start()
         if trace.hit is not None:
             trace.hit.lookup_ms = trace.ms
         elif trace.refused is not None:
@@ -360,6 +381,8 @@ class MLCEngine:
                 outcome = tier.lookup(kr, now, trace.verdicts)
                 trace.hit = outcome.hit
                 refusals.extend(outcome.refusals)
+                for r in outcome.refusals:
+                    self._stats.incr(f"refusals:{r.reason}")
                 status = outcome.status
                 if outcome.note:
                     trace.notes[tier.name] = outcome.note

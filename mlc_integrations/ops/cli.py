@@ -48,6 +48,18 @@ def _cmd_stats(args: argparse.Namespace) -> int:
         print(f"\nprefix {c.prefix!r}: {c.entries} entries ({c.expired} expired, not served)")
         print("  rows per tier: " + ", ".join(f"{t} {n}" for t, n in c.tiers.items())
               + f"  ({', '.join(IMAGE_ROW_TIERS)}: one row per image)")
+        t = c.traffic
+        if t.get("lookups"):
+            per_tier = ", ".join(f"{tier} {o.get('hit', 0)}" for tier, o in sorted(t["tiers"].items()))
+            print(f"  traffic ({t['engines']} engine(s)): {t['lookups']} lookups, {t['hits']} hits "
+                  f"({100 * t['hit_rate']:.1f} %; per tier: {per_tier}), {t['misses']} misses, "
+                  f"{t['bypassed']} bypassed")
+            if t["refusals"]:
+                print("  refusals by reason: " + ", ".join(f"{k} {n}" for k, n in sorted(t["refusals"].items())))
+            if t["errors"]:
+                print("  errors: " + ", ".join(f"{k} {n}" for k, n in sorted(t["errors"].items())))
+        else:
+            print("  traffic: none recorded yet (engines write their counters when they close and every 1,000 lookups)")
         for title, counts in (("scope", c.per_scope()), ("namespace", c.per_namespace())):
             print(f"  entries per {title} (stored as a digest):")
             for digest, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):

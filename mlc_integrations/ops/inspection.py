@@ -114,6 +114,7 @@ class PrefixSummary:
     prefix: str
     tiers: dict[str, int]  # rows per tier collection (schema.IMAGE_ROW_TIERS: one row per image)
     scopes: list[ScopeSummary] = field(default_factory=list)
+    traffic: dict[str, Any] = field(default_factory=dict)  # what the engines that used it counted (traffic())
 
     @property
     def entries(self) -> int:
@@ -138,7 +139,7 @@ class PrefixSummary:
     def to_dict(self) -> dict[str, Any]:
         return {"prefix": self.prefix, "entries": self.entries, "expired": self.expired, "tiers": self.tiers,
                 "entries_per_scope": self.per_scope(), "entries_per_namespace": self.per_namespace(),
-                "scopes": [asdict(s) for s in self.scopes]}
+                "scopes": [asdict(s) for s in self.scopes], "traffic": self.traffic}
 
 
 class CacheDirectory:
@@ -249,7 +250,7 @@ class CacheDirectory:
                 key = (str(meta.get(SCOPE, "?")), str(meta.get(NS, "?")))
                 pairs.setdefault(key, ScopeSummary(*key)).add(meta, now)
         scopes = sorted(pairs.values(), key=lambda s: (-s.entries, s.scope, s.ns))
-        return PrefixSummary(prefix, tiers, scopes)
+        return PrefixSummary(prefix, tiers, scopes, traffic(entries.read_counters()))
 
     def resolve_digest(self, prefix: str, what: str, value: str) -> str:
         """A stored scope or namespace digest from its full form or a unique prefix of it."""
@@ -280,6 +281,26 @@ class CacheDirectory:
         for scope_key in (None,) if scope_keys is None else scope_keys:
             entries.clear(scope_key, ns_key)
         return before - self.matching(prefix, scope_keys, ns_key)
+
+
+def traffic(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The traffic counters every engine kept for a cache, added up: lookups, hits and
+    misses, outcomes per tier, refusals by reason, errors, hit rate (one row per engine;
+    written at its release and every 1,000 lookups)."""
+    out: dict[str, Any] = {"engines": len(rows), "lookups": 0, "hits": 0, "misses": 0, "updates": 0, "bypassed": 0,
+                           "tiers": {}, "refusals": {}, "errors": {}}
+    for row in rows:
+        for k in ("lookups", "hits", "misses", "updates", "bypassed"):
+            out[k] += int(row.get(k, 0) or 0)
+        for tier, outcomes in (row.get("tiers") or {}).items():
+            mine = out["tiers"].setdefault(tier, {})
+            for outcome, n in outcomes.items():
+                mine[outcome] = mine.get(outcome, 0) + int(n)
+        for group in ("refusals", "errors"):
+            for k, n in (row.get(group) or {}).items():
+                out[group][k] = out[group].get(k, 0) + int(n)
+    out["hit_rate"] = out["hits"] / out["lookups"] if out["lookups"] else None
+    return out
 
 
 def digest_of(raw: Optional[str]) -> Optional[str]:

@@ -39,6 +39,10 @@ class EngineStats:
         with self._lock:
             self._errors[kind] += 1
 
+    def count(self, name: str) -> int:
+        with self._lock:
+            return self._counts.get(name, 0)
+
     def latency(self, name: str, ms: float) -> None:
         with self._lock:
             self._lat[name].append(ms)
@@ -68,6 +72,7 @@ class EngineStats:
             "l2_prescreened": counts.get("l2_prescreened", 0),  # L2 lookups that needed no image encoder
             "l2_image_compared": counts.get("l2_image_compared", 0),  # L2 candidates compared locally
             "l2_image_refused": counts.get("l2_image_refused", 0),  # ... and refused: a region changed, ...
+            "refusals": {k.split(":", 1)[1]: v for k, v in sorted(counts.items()) if k.startswith("refusals:")},
             "tiers": tiers,
             "errors": errors,
             "latency_ms": {},
@@ -82,6 +87,12 @@ class EngineStats:
                     "p99": float(np.percentile(a, 99)),
                 }
         return out
+
+    def persisted(self) -> dict[str, Any]:
+        """What is kept at rest for `mlc stats`: the counts, not the latency windows."""
+        snap = self.snapshot()
+        return {k: snap[k] for k in ("lookups", "hits", "misses", "updates", "updates_failed", "bypassed",
+                                     "refusals", "tiers", "errors")}
 
     def reset(self) -> None:
         with self._lock:

@@ -27,7 +27,7 @@ from ..runtime.stats import EngineStats
 from . import schema
 from .chroma import ChromaStore
 from .schema import (ANSWER, CREATED_AT, DELETE_ORDER, ENTRY_ID, EXPIRES_AT, IDX, IMAGE_ROW_TIERS, LAST_ACCESS,
-                     MODEL, NS, PART, SCHEMA_VERSION, SCOPE, TEXT, VERSION, WRITE_ORDER, image_row_id)
+                     MODEL, NS, PART, SCHEMA_VERSION, SCOPE, TEXT, VERSION, WRITE_ORDER, image_row_id, COLLECTION_TIER, COUNTERS_COLLECTION, counters_name)
 
 if TYPE_CHECKING:
     from .writebehind import PendingEntries
@@ -446,6 +446,34 @@ class EntryStore:
         res = self.store.call("get expired", lambda: self.store.collection(EXACT).get(
             where={EXPIRES_AT: {"$lte": now}}, include=[]))
         return list(res["ids"])
+
+    def write_counters(self, token: str, counters: dict[str, Any]) -> None:
+        """Keep this engine's traffic counters at rest (one row per engine token)."""
+        doc = json.dumps(counters, sort_keys=True)
+
+        def run() -> Any:
+            col = self.store.client.get_or_create_collection(counters_name(self.store.prefix), embedding_function=None,
+                                                             metadata={COLLECTION_TIER: COUNTERS_COLLECTION})
+            return col.upsert(ids=[token], embeddings=[ChromaStore.dummy_vector()], documents=[doc])
+
+        self.store.call("write counters", run)
+
+    def read_counters(self) -> list[dict[str, Any]]:
+        """Every engine's counters kept at rest for this cache (none: an empty list)."""
+        def run() -> Any:
+            names = {c.name if hasattr(c, "name") else str(c) for c in self.store.client.list_collections()}
+            if counters_name(self.store.prefix) not in names:
+                return {"documents": []}
+            return self.store.client.get_collection(counters_name(self.store.prefix), embedding_function=None).get(
+                include=["documents"])
+
+        out = []
+        for doc in self.store.call("read counters", run).get("documents") or []:
+            try:
+                out.append(json.loads(doc))
+            except (TypeError, ValueError):
+                continue
+        return out
 
     def all_metadata(self) -> list[tuple[str, dict[str, Any]]]:
         """(entry id, metadata) of every entry: what eviction ranks."""

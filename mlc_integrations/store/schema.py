@@ -107,6 +107,16 @@ VECTOR_KEYS = (PART,)
 IMAGE_KEYS = (ENTRY_ID, IDX)
 ROW_KEYS = ENTRY_KEYS + (VERSION,) + EXACT_KEYS + (NS_LABEL,) + VECTOR_KEYS + IMAGE_KEYS
 
+# Traffic counters (not an entry tier): one row per engine that served from this cache,
+# id = that engine's token, document = its counters as JSON (runtime/stats.py), so
+# `mlc stats` shows hit rates and refusals of the processes that used the cache.
+COUNTERS_COLLECTION = "counters"
+
+
+def counters_name(prefix: str) -> str:
+    return f"{prefix}_{COUNTERS_COLLECTION}"
+
+
 # Collection metadata keys.
 COLLECTION_TIER = "mlc_tier"  # which tier a collection holds (inspection finds caches by it)
 COLLECTION_DIM = "dim"

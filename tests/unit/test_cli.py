@@ -322,3 +322,19 @@ def test_the_model_a_scope_names(scope: str, model: str) -> None:
     from mlc_integrations.keys import model_label
 
     assert model_label(scope) == model
+
+
+def test_stats_shows_the_traffic_the_cache_served_from_its_persisted_counters(tmp_path: Path, capsys,
+                                                                             text_embedder: Any) -> None:
+    d = tmp_path / "cache"
+    for _process in range(2):  # two engines (as two processes would), counters added up
+        with MLCEngine(persist_directory=str(d), durable=True, image_encoder=None) as eng:
+            _put(eng, "What is the capital of France?", "m1")
+            eng.lookup(CacheRequest(text="What is the capital of France?", scope="m1"))  # exact hit
+            eng.lookup(CacheRequest(text="How tall is Mount Everest?", scope="m1"))  # miss
+    out = _json(capsys, ["stats", "--dir", str(d), "--json"])
+    traffic = out["caches"][0]["traffic"]
+    assert traffic["engines"] == 2 and traffic["lookups"] == 4 and traffic["hits"] == 2 and traffic["misses"] == 2
+    assert traffic["tiers"]["L0.5"]["hit"] == 2 and traffic["hit_rate"] == 0.5
+    assert main(["stats", "--dir", str(d)]) == 0
+    assert "traffic (2 engine(s)): 4 lookups, 2 hits (50.0 %" in capsys.readouterr().out
