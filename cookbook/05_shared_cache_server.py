@@ -87,7 +87,7 @@ def run_worker(name: str, host: str, port: int, prefix: str) -> dict[str, Any]:
         })
     result = {"worker": name, "pid": os.getpid(), "steps": steps,
               "model_calls": _common.model_calls(model, sum(s["cache"] == "miss" for s in steps)),
-              "entries_after": cache.stats()["entries"]}
+              "entries_after": cache.engine.count()}  # count() waits for the write-behind queue
     cache.close()
     return result
 

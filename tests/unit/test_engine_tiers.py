@@ -114,7 +114,7 @@ def test_cheapest_first_and_stats_add_up(make_engine) -> None:
     assert st["tiers"]["L0.5"] == {"hit": 1, "miss": 2}
     assert st["tiers"]["L1"]["hit"] == 1
     assert {"p50", "p90", "p99"} <= set(st["latency_ms"]["lookup"])
-    assert st["entries"] == 1
+    assert eng.count() == 1 and st["entries"] in (0, 1)  # stats() never waits for the writer; count() does
 
 
 @pytest.mark.parametrize("field,other", [("scope", {"scope": "model-b"}), ("namespace", {"namespace": "tenant-b"})])
