@@ -345,12 +345,20 @@ class ChromaStore:
         host = f"[{self.chroma_host}]" if ":" in str(self.chroma_host) else self.chroma_host
         try:
             httpx.get(f"{scheme}://{host}:{self.chroma_port}/api/v2/heartbeat", timeout=self.timeout,
-                      headers=self.chroma_headers,
-                      verify=True if self.ssl_verify is None else self.ssl_verify)
+                      headers=self.chroma_headers, verify=self._verify())
         except httpx.HTTPError as exc:
             raise ServerUnreachableError(
                 f"{self.where} unreachable: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def _verify(self) -> Any:
+        """``ssl_verify`` as httpx takes it (a CA bundle path becomes a context: httpx 0.28
+        deprecates paths)."""
+        if isinstance(self.ssl_verify, str):
+            import ssl
+
+            return ssl.create_default_context(cafile=self.ssl_verify)
+        return True if self.ssl_verify is None else self.ssl_verify
 
     def _bound_timeout(self, client: Any) -> None:
         import httpx

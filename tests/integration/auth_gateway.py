@@ -15,6 +15,7 @@ and pre-flight checks stay open, as there. Everything else is forwarded to the s
 from __future__ import annotations
 
 import http.client
+import subprocess
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -38,7 +39,9 @@ class TokenGateway:
     """Listen on a free loopback port; authenticate with ``token`` in ``header``; forward
     to ``upstream_host:upstream_port``. Counts what it let through and what it refused."""
 
-    def __init__(self, upstream_host: str, upstream_port: int, token: str, header: str = "X-Chroma-Token") -> None:
+    def __init__(self, upstream_host: str, upstream_port: int, token: str, header: str = "X-Chroma-Token",
+                 tls: "tuple[str, str] | None" = None) -> None:
+        """``tls``: (certificate file, key file) to serve HTTPS with."""
         self.upstream = (upstream_host, upstream_port)
         self.provider = token_provider(token, header)
         self.forwarded = 0
@@ -87,6 +90,12 @@ class TokenGateway:
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._server.daemon_threads = True
+        if tls is not None:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self._server.socket = ctx.wrap_socket(self._server.socket, server_side=True)
         self.host = "127.0.0.1"
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, name="token-gateway", daemon=True)
@@ -98,3 +107,12 @@ class TokenGateway:
     def __exit__(self, *exc: Any) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def self_signed_certificate(directory: str) -> tuple[str, str]:
+    """A certificate for 127.0.0.1 signed by itself (its own CA): (certificate, key) paths."""
+    cert, key = f"{directory}/gateway.pem", f"{directory}/gateway.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-keyout", key,
+                    "-out", cert, "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key

@@ -82,7 +82,8 @@ def test_down_server_misses_drops_updates_and_reconnects(private_chroma_server: 
     assert st["updates"] == 5 and st["updates_failed"] == 2
     failures = {k: v for k, v in st["errors"].items() if k.startswith(("lookup:", "update:"))}
     assert sum(failures.values()) == 12 and st["entries"] is None
-    assert failures.get("lookup:ServerUnreachableError", 0) == 9  # failed fast; the first failed reconnecting
+    # 9 failed fast; the first failed reconnecting, typed by its cause too (not a bare StorageError)
+    assert failures.get("lookup:ServerUnreachableError", 0) == 10
     assert eng.store.connect_attempts == attempts + 1 and eng.store.failed_fast == 11 + 1  # + the stats count
     clock.now += eng.store.retry_interval  # the interval passed: the next call tries once more, and fails
     assert eng.lookup(question(0)) is None and eng.store.connect_attempts == attempts + 2

@@ -19,8 +19,8 @@ import pytest
 import chromadb
 from mlc_integrations import MLCEngine, StorageError, StorageOptions
 from mlc_integrations.ops.server import ChromaServer
-from mlc_integrations.store.chroma import StorageAuthenticationError
-from tests.integration.auth_gateway import TokenGateway
+from mlc_integrations.store.chroma import ServerUnreachableError, StorageAuthenticationError
+from tests.integration.auth_gateway import TokenGateway, self_signed_certificate
 from tests.integration.workers import engine, question
 
 TOKEN = "s3cret-" + uuid.uuid4().hex[:8]
@@ -124,3 +124,22 @@ def test_chroma_cloud_client_with_an_api_key_stand_in(chroma_server: ChromaServe
                 wrong.lookup(question(6))
         finally:
             _close(eng, wrong)
+
+
+def test_tls_with_a_private_ca_and_a_token(chroma_server: ChromaServer, prefix: str, tmp_path: Any) -> None:
+    """HTTPS with the server's CA given as ``ssl_verify`` works; without it the certificate
+    is refused (never a silent downgrade to plain HTTP or to unverified TLS)."""
+    cert, key = self_signed_certificate(str(tmp_path))
+    with TokenGateway(chroma_server.host, chroma_server.port, TOKEN, tls=(cert, key)) as gw:
+        secure = engine(chroma_host=gw.host, chroma_port=gw.port, warm_start=False,
+                        storage=StorageOptions(collection_prefix=prefix, ssl=True, ssl_verify=cert, token=TOKEN))
+        unverified = engine(chroma_host=gw.host, chroma_port=gw.port, warm_start=False, strict=True,
+                            storage=StorageOptions(collection_prefix=prefix, ssl=True, token=TOKEN))
+        try:
+            assert secure.update(question(7), {"answer": 7}) is not None
+            hit = secure.lookup(question(7))
+            assert hit is not None and hit.payload == {"answer": 7}
+            with pytest.raises(ServerUnreachableError, match="CERTIFICATE_VERIFY_FAILED"):
+                unverified.lookup(question(7))
+        finally:
+            _close(secure, unverified)
