@@ -375,3 +375,15 @@ def test_one_shape_elsewhere_on_a_flat_background_is_another_framing_not_a_drift
     v = ImageChangeVerifier(ImageChangeRule(**loose, max_shift=0.1)).verify(describe(left), describe(right))
     assert not v.accept and v.reason == "alignment" and "another framing" in v.detail
     assert ImageChangeRule.load().max_shift < 0.28  # the shipped rule bounds it too
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_fast_quantile_is_numpys_linear_quantile_to_the_bit(dtype) -> None:
+    from mlc_integrations.verify.image_change import _quantile_linear
+
+    rng = np.random.default_rng(1)
+    for n in (2, 5, 577, 96 * 96):
+        x = rng.random(n).astype(dtype)
+        for q in (0.1, 0.5, 0.75, 0.9):
+            assert _quantile_linear(x, q) == float(np.quantile(x, q))
+            assert _quantile_linear(np.sort(x), q, presorted=True) == float(np.quantile(x, q))
