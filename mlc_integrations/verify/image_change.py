@@ -24,8 +24,15 @@ module compares the two pictures *locally*, after aligning them:
    and the changed area are the evidence.
 4. **Decision** (:class:`ImageChangeRule`): refuse when alignment failed, too little of
    the stored picture is seen again, or a region changed; the thresholds are calibrated
-   on labelled pairs of real pictures (``python -m evaluation.training.image_pairs``, see
-   docs/image-change.md) and live in ``assets/image_change.json``.
+   on labelled pairs of real pictures and drifting / re-shot frames
+   (``python -m evaluation.training.image_pairs staged``, see docs/image-change.md) and
+   live in ``assets/image_change.json``.
+
+:func:`judge` runs these in stages, cheapest first: an early refusal from the two
+pictures' histograms (:func:`prescreen`, no alignment), then one phase correlation at
+scale 1 with its change map, and only when that is neither accepted nor confidently
+refused, other scales and small rotations. :class:`ComparisonBudget` caps the change maps
+one lookup may compute.
 
 Everything is numpy + Pillow; ~2-4 ms per candidate on this CPU (benchmarks/latency.py).
 """
