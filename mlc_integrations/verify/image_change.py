@@ -47,7 +47,7 @@ import struct
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Iterable, Iterator, Optional, Sequence, Union
 
 import numpy as np
 from PIL import Image
@@ -831,6 +831,32 @@ class ImageChangeVerifier:
                 _PARSED.put(stored, parsed)
             stored = parsed
         return judge(stored, new, self.rule, budget)
+
+    def accepted(self, candidates: Iterable[tuple[str, Sequence[Union[str, bytes, ImageDescriptor, None]]]],
+                 news: Sequence[ImageDescriptor], budget: Optional[ComparisonBudget] = None,
+                 refused: Optional[list[tuple[str, ImageVerdict]]] = None,
+                 missing_why: str = "the stored picture has no image-change evidence"
+                 ) -> Iterator[tuple[str, ImageVerdict]]:
+        """The candidates (best first: ``(key, stored descriptor per request picture)``)
+        whose every picture passes, lazily: a candidate is compared only when the caller
+        asks for the next one, so a caller that stops at the first accepted candidate
+        (whose entry it then fetches and whose text it then verifies) compares no more.
+        Refused candidates are appended to ``refused`` with their verdict (the first
+        refusing picture's). One ``budget`` per lookup (default: a fresh
+        :meth:`budget`); once spent, the remaining candidates are refused unread."""
+        budget = self.budget() if budget is None else budget
+        for key, stored in candidates:
+            verdict: Optional[ImageVerdict] = None
+            for st, new in zip(stored, news):
+                verdict = self.verify(st, new, missing_why, budget=budget)
+                if not verdict.accept:
+                    break
+            if verdict is None:
+                continue
+            if verdict.accept:
+                yield key, verdict
+            elif refused is not None:
+                refused.append((key, verdict))
 
 
 _PARSED: "LRU[Union[str, bytes], ImageDescriptor]" = LRU(1024)
