@@ -423,8 +423,6 @@ NOISE_FLOOR = 0.02  # residual noise below this is treated as this (clean pictur
 NOISE_MULT = 4.0  # a pixel changed when its tolerant difference exceeds this many noise levels
 ABS_MIN = 0.07  # ... and at least this much of the grey scale (~18 of 255 levels)
 CHROMA_MIN = 0.06  # colour difference (opponent channels, 0..1) that counts as a colour change
-CHROMA_FULL_BRIGHTNESS = 0.5  # grey level (0-1) from which CHROMA_MIN applies in full ...
-CHROMA_DARK_FLOOR = 0.4  # ... and the share of it that applies in the darkest regions
 EDGE_TOLERANCE = 0.25  # share of the local 3x3 grey range added to the threshold
 CELL_CHANGED = 0.2  # a cell whose share of changed pixels reaches this is a changed cell
 
@@ -523,14 +521,7 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor, alignment: Optional[A
             # The colour map is 4x coarser than the grey one: a residual shift of a quarter grey
             # pixel blends colours across an edge there; a blend of neighbours is not a change.
             cdiff = np.maximum(cdiff, np.maximum(_interval_diff(ca[ch], cwn), _interval_diff(cwn, ca[ch])))
-        # Opponent colours scale with brightness: a saturated hue over a region at 25 % of
-        # full brightness moves them ~15 of 255 levels, under CHROMA_MIN (grey photos with a
-        # dark region recoloured were "same content"). The threshold scales down with the
-        # brighter of the two pictures there, to CHROMA_DARK_FLOOR of it.
-        bright = np.maximum(a.reshape(CHROMA_SIDE, k, CHROMA_SIDE, k).mean(axis=(1, 3)),
-                            bn.reshape(CHROMA_SIDE, k, CHROMA_SIDE, k).mean(axis=(1, 3)))
-        cthr = CHROMA_MIN * np.clip(bright / CHROMA_FULL_BRIGHTNESS, CHROMA_DARK_FLOOR, 1.0)
-        colour = (cdiff > cthr) & vsmall
+        colour = (cdiff > CHROMA_MIN) & vsmall
         rep.colour_area = float(colour.sum() / max(1, vsmall.sum()))
         changed |= np.kron(colour, np.ones((k, k), bool)) & valid
     # Isolated changed pixels (noise, a JPEG block edge) do not count: a changed pixel needs a changed 4-neighbour.
