@@ -584,11 +584,12 @@ def prescreen(stored: ImageDescriptor, new: ImageDescriptor) -> tuple[float, flo
     """Lower bounds, before any alignment, on the share of the picture whose grey level
     (by more than :data:`ABS_MIN`) and whose colour (by more than :data:`CHROMA_MIN`)
     would have to differ however the pictures are aligned: :func:`_levy_gap` of their
-    histograms after the same global gain/offset matching the comparison allows. ~0.3 ms.
+    histograms after the same global gain/offset matching the comparison allows.
 
     Not an exact bound on :func:`compare`'s changed area (that matches each pixel within a
     3x3 neighbourhood, leaves out what a crop removed, and adds an edge tolerance), so the
-    rule's limits on it are calibrated on benign pairs with a margin (``max_grey_bound``)."""
+    rule's limits on it are calibrated on benign pairs with a margin (``max_grey_bound``).
+    0.7-1.0 ms per pair on this machine at load 2-8 (60 easy-vqa pictures, 200 pairs)."""
     ga, ca0, ca1 = _sorted_levels(stored)
     gb, cb0, cb1 = _sorted_levels(new)
     grey = _levy_gap(ga, np.sort(np.clip(_matched(ga, gb, (0.7, 1.4)), 0.0, 1.0)), ABS_MIN)
