@@ -711,6 +711,7 @@ HELDOUT_DRIFT: dict[str, Callable[[Image.Image, random.Random, np.random.Generat
 
 
 HELDOUT_V2_SEED = 3303
+HELDOUT_V3_SEED = 3304
 
 
 def heldout_pairs(pics: dict[str, Image.Image], held: Sequence[str], version: int = 2) -> list[Pair]:
@@ -719,7 +720,7 @@ def heldout_pairs(pics: dict[str, Image.Image], held: Sequence[str], version: in
     test 200-399 and pairs of different easy-vqa pictures)."""
     from ..sources.easyvqa import load_split
 
-    seed = HELDOUT_SEED if version == 1 else HELDOUT_V2_SEED
+    seed = {1: HELDOUT_SEED, 2: HELDOUT_V2_SEED, 3: HELDOUT_V3_SEED}[version]
     pairs: list[Pair] = []
     for n in sorted(held):
         r = random.Random(f"{seed}:{n}")
@@ -734,7 +735,7 @@ def heldout_pairs(pics: dict[str, Image.Image], held: Sequence[str], version: in
     for a, b in itertools.combinations(sorted(held), 2):
         kind = rel.get(frozenset((a, b)), "same video" if a.split(":")[0] == b.split(":")[0] == "tree" else "unrelated")
         pairs.append(Pair(a, "held-out", "different", kind, f"{a} vs {b}", 0.0, pics[a], pics[b]))
-    ev = load_split("test")[:200] if version == 1 else load_split("test")[200:400]
+    ev = load_split("test")[200 * (version - 1):200 * version]
     pairs += evqa_pairs("test", ev, seed, "held-out")
     if version >= 2:
         ims = [Image.open(v.path).convert("RGB") for v in ev]
@@ -913,7 +914,7 @@ def main_staged(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--out", default="mlc_report")
     p.add_argument("--rows", default=None, help="reuse measured calibration rows")
     p.add_argument("--heldout", action="store_true", help="also measure the held-out check with the chosen rule")
-    p.add_argument("--heldout-version", type=int, default=2)
+    p.add_argument("--heldout-version", type=int, default=3)
     p.add_argument("--heldout-rows", default=None, help="reuse measured held-out rows")
     p.add_argument("--measure-only", choices=("cal", "heldout"), default=None,
                    help="measure one set of rows and stop (to run both at once)")

@@ -375,3 +375,40 @@ def test_one_shape_elsewhere_on_a_flat_background_is_another_framing_not_a_drift
     v = ImageChangeVerifier(ImageChangeRule(**loose, max_shift=0.1)).verify(describe(left), describe(right))
     assert not v.accept and v.reason == "alignment" and "another framing" in v.detail
     assert ImageChangeRule.load().max_shift < 0.28  # the shipped rule bounds it too
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_fast_quantile_is_numpys_linear_quantile_to_the_bit(dtype) -> None:
+    from mlc_integrations.verify.image_change import _quantile_linear
+
+    rng = np.random.default_rng(1)
+    for n in (2, 5, 577, 96 * 96):
+        x = rng.random(n).astype(dtype)
+        for q in (0.1, 0.5, 0.75, 0.9):
+            assert _quantile_linear(x, q) == float(np.quantile(x, q))
+            assert _quantile_linear(np.sort(x), q, presorted=True) == float(np.quantile(x, q))
+
+
+def test_candidates_are_compared_lazily_best_first_and_refusals_are_kept(astronaut, coffee) -> None:
+    ver = ImageChangeVerifier(comparisons_per_lookup=4)
+    new = describe(_jpeg(astronaut, 85))
+    cands = [("other", [describe(coffee).to_text()]), ("same", [describe(astronaut).to_text()]),
+             ("same-again", [describe(astronaut).to_text()])]
+    budget, refused = ver.budget(), []
+    it = ver.accepted(cands, [new], budget=budget, refused=refused)
+    key, verdict = next(it)
+    assert key == "same" and verdict.accept
+    assert [k for k, _ in refused] == ["other"]
+    used = budget.used
+    assert used <= 2  # the third candidate was not compared: the caller stopped at the first accept
+    assert [k for k, _ in it] == ["same-again"] and budget.used == used + 1
+
+
+def test_past_the_budget_the_remaining_candidates_are_refused_unread(astronaut) -> None:
+    ver = ImageChangeVerifier(comparisons_per_lookup=1)
+    new = describe(_jpeg(astronaut, 85))
+    stored = describe(_jpeg(astronaut, 90)).to_text()
+    refused: list = []
+    hits = list(ver.accepted([("a", [stored]), ("b", [stored])], [new], refused=refused))
+    assert [k for k, _ in hits] == ["a"]
+    assert [(k, v.reason) for k, v in refused] == [("b", "budget")]
