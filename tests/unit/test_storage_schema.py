@@ -114,7 +114,7 @@ def test_every_row_the_store_writes_is_in_the_table() -> None:
                  text_vec=v, static_vec=v, prompt_vec=v, image_vecs=np.stack([v, v]), fprint_vecs=np.stack([v, v]),
                  image_descs=["d0", "d1"])
     entries.put(e)
-    names = {c.name for c in store.client.list_collections()}
+    names = {c.name for c in store.client.list_collections() if c.name.startswith(store.prefix + "_")}
     assert names == {store.name(t.name) for t in schema.TIERS}
     assert store.name("l1_static").endswith("_l1_static_s-test")
     for t in schema.TIERS:
