@@ -394,7 +394,6 @@ class MLCEngine:
         return trace
 
     # ------------------------------------------------------------------ update
-    @telemetry.traced_update
     def update(self, request: CacheRequest, payload: Any, *, ttl: Optional[float] = None,
                answer: Optional[str] = None, control: Any = None) -> Optional[str]:
         """Store ``payload`` (JSON-serializable) as the response to ``request``.
@@ -414,7 +413,11 @@ class MLCEngine:
             self._stats.incr("not_stored_empty" if ctl.writes else "not_stored")
             self.release(request)  # identical calls waiting for this answer call the model themselves
             return None
-        ttl = ttl if ttl is not None else ctl.ttl
+        return self._store_update(request, payload, ttl=ttl if ttl is not None else ctl.ttl, answer=answer)
+
+    @telemetry.traced_update  # a span and metrics when an OpenTelemetry SDK is installed
+    def _store_update(self, request: CacheRequest, payload: Any, *, ttl: Optional[float],
+                      answer: Optional[str]) -> Optional[str]:
         t0 = time.perf_counter()
         try:
             eid = self._update(request, payload, ttl, answer)

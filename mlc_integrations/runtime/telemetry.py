@@ -470,6 +470,16 @@ def capture_content() -> bool:
     return _TELEMETRY.capture
 
 
+def _active(state: Any, tslot: Any, mslot: Any) -> Any:
+    """The instruments to report to, or None. No provider anywhere: None after four attribute
+    reads (0.4 us over a bare call, timeit)."""
+    if (tslot is not None and tslot._TRACER_PROVIDER is None and mslot._METER_PROVIDER is None
+            and state._tracer_provider is None and state._meter_provider is None):
+        return None
+    inst = state.instruments()
+    return inst if inst.active else None
+
+
 def traced_lookup(fn: F) -> F:
     """Decorates ``MLCEngine._lookup_explained``: a ``mlc.cache.lookup`` span and the
     lookup metrics, or a plain call while no SDK provider is in force."""
@@ -481,12 +491,8 @@ def traced_lookup(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(engine: "MLCEngine", request: "CacheRequest", *args: Any, **kwargs: Any) -> "Lookup":
-        # No provider anywhere: straight through after four attribute reads (0.4 us over a bare call, timeit).
-        if (tslot is not None and tslot._TRACER_PROVIDER is None and mslot._METER_PROVIDER is None
-                and state._tracer_provider is None and state._meter_provider is None):
-            return fn(engine, request, *args, **kwargs)
-        inst = state.instruments()
-        if not inst.active:
+        inst = _active(state, tslot, mslot)
+        if inst is None:
             return fn(engine, request, *args, **kwargs)
         return inst.lookup(functools.partial(fn, engine, request, *args, **kwargs), engine, request)
 
@@ -503,11 +509,8 @@ def traced_update(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(engine: "MLCEngine", request: "CacheRequest", *args: Any, **kwargs: Any) -> Optional[str]:
-        if (tslot is not None and tslot._TRACER_PROVIDER is None and mslot._METER_PROVIDER is None
-                and state._tracer_provider is None and state._meter_provider is None):
-            return fn(engine, request, *args, **kwargs)
-        inst = state.instruments()
-        if not inst.active:
+        inst = _active(state, tslot, mslot)
+        if inst is None:
             return fn(engine, request, *args, **kwargs)
         return inst.update(fn, engine, request, args, kwargs)
 
