@@ -190,7 +190,8 @@ def cmd_train(args: argparse.Namespace) -> None:
     epoch = 0
     t_train = time.perf_counter()
     stale = 0
-    t_measure = t_train
+    t_measure, step_measure = t_train, 0
+    pace: Optional[float] = None
     done = False
     while not done:
         epoch += 1
@@ -220,17 +221,22 @@ def cmd_train(args: argparse.Namespace) -> None:
             step += 1
             run = 0.98 * run + 0.02 * float(loss.detach()) if bi else float(loss.detach())
             if step == 10:  # the first steps are slower (allocation, caches): not measured
-                t_measure = time.perf_counter()
-            if step == args.measure_steps:
-                sps = (time.perf_counter() - t_measure) / (step - 10)
+                t_measure, step_measure = time.perf_counter(), step
+            if step >= args.measure_steps and step % 25 == 0:
+                # the machine is shared: the plan is re-sized from the recent steps' pace, so that
+                # training ends within the budget whatever else runs (the LR decays to the new end)
+                sps = (time.perf_counter() - t_measure) / (step - step_measure)
+                t_measure, step_measure = time.perf_counter(), step
+                pace = sps if pace is None else 0.7 * pace + 0.3 * sps
                 # evaluation: forward only over the validation pairs, ~1/3 of a training step per pair
-                eval_s = len(val) / args.batch_size * sps / 3.0
+                eval_s = len(val) / args.batch_size * pace / 3.0
                 left = budget - (time.perf_counter() - t_start)
-                n_evals = max(1, math.ceil((left / sps) / per_epoch))
-                total = int((left - n_evals * eval_s) / sps) + step
+                evals_left = 1 + max(0, int((step + left / pace) // per_epoch) - int(step // per_epoch))
+                total = int((left - evals_left * eval_s) / pace) + step
                 plan["total"] = max(step + 1, min(total, args.max_epochs * per_epoch))
-                say(f"measured {sps:.3f} s/step (batch {args.batch_size}); {per_epoch} steps/epoch; "
-                    f"plan {plan['total']} steps = {plan['total'] / per_epoch:.2f} epochs in the budget")
+                if step % 100 == 0 or step == args.measure_steps:
+                    say(f"pace {pace:.3f} s/step (batch {args.batch_size}); {per_epoch} steps/epoch; "
+                        f"plan {plan['total']} steps = {plan['total'] / per_epoch:.2f} epochs in the budget")
             if bi % 50 == 0:
                 say(f"epoch {epoch} batch {bi}/{len(batches)} step {step}/{plan['total']} loss {run:.4f} "
                     f"{(time.perf_counter() - t1) / (bi + 1):.2f}s/batch")
