@@ -117,10 +117,11 @@ def cmd_report(args: argparse.Namespace) -> None:
     val_key = next(iter(data))
     vp = data[val_key]
     if args.int8_check:
-        j32 = PairJudge(args.judge, backend="onnx-fp32")
-        j8 = PairJudge(args.judge, backend="onnx-int8")
-        s32 = j32.probabilities(list(zip(vp.a, vp.b)))
-        s8 = j8.probabilities(list(zip(vp.a, vp.b)))
+        pairs = list(zip(vp.a, vp.b))
+        j32 = judge if judge.backend == "onnx-fp32" else PairJudge(args.judge, backend="onnx-fp32")
+        j8 = judge if judge.backend == "onnx-int8" else PairJudge(args.judge, backend="onnx-int8")
+        s32 = judge_s[val_key] if j32 is judge else j32.probabilities(pairs)
+        s8 = judge_s[val_key] if j8 is judge else j8.probabilities(pairs)
         a32, a8 = s32 >= knob_t, s8 >= knob_t
         res["int8_vs_fp32_validation"] = {
             "backend_int8": j8.backend, "pairs": len(vp), "fp32_accepted": int(a32.sum()),

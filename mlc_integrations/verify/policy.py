@@ -485,7 +485,7 @@ class VerificationPolicy:
 
 
 # The names the engine's ``verifier=`` option accepts (besides a file, a Verifier or a policy).
-VERIFIER_NAMES = ("default", "judge", "trees", "off")
+VERIFIER_NAMES = ("default", "judge", "off", "trees")
 
 # Whether the shipped judge decides by default (L1 and L2's prompt side). Set by the
 # held-out measurement in docs/verification.md ("The judge against the trees"):
