@@ -60,6 +60,24 @@ def sets(snapshot: dict[str, int], data_dir: Path) -> dict[str, Pairs]:
     return out
 
 
+def cached_tree_scores(trees: Any, p: Pairs, cos: np.ndarray, cache_dir: Path) -> np.ndarray:
+    """The shipped trees' probabilities, kept on disk by a digest of the verifier file and rows."""
+    import hashlib
+
+    from mlc_integrations.verify import DEFAULT_VERIFIER_PATH
+
+    h = hashlib.sha256(Path(DEFAULT_VERIFIER_PATH).read_bytes())
+    for a, b, c in zip(p.a, p.b, cos):
+        h.update(f"{a}\0{b}\0{c:.6f}\n".encode())
+    path = cache_dir / "judge" / f"trees-{h.hexdigest()[:16]}.npy"
+    if path.exists():
+        return np.load(path)
+    s = trees.probabilities(list(zip(p.a, p.b)), cos, "full")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, s)
+    return s
+
+
 def curve(p: Pairs, cos: np.ndarray, s: np.ndarray, floor: float, ts: Sequence[float]) -> list[dict[str, Any]]:
     return [dict(rates(p, cos, s, floor, float(t)), threshold=float(t)) for t in ts]
 
@@ -70,17 +88,27 @@ def cmd_report(args: argparse.Namespace) -> None:
     from mlc_integrations.verify.text.judge import PairJudge
 
     judge = PairJudge(args.judge)
-    knob_t = judge.threshold_for(args.max_wrong_reuse)
-    data = sets(judge.meta["snapshot_lines"], Path(args.data_dir))
+    if args.prepare_only:  # the cosines and the trees' scores, cached for the report
+        snap = json.loads(Path(args.snapshot).read_text())["snapshot_lines"]
+        data = sets(snap, Path(args.data_dir))
+        emb = EmbeddingCache(None, Path(args.cache_dir))
+        trees = Verifier.default()
+        for k, p in data.items():
+            cached_tree_scores(trees, p, emb.cosines(p.a, p.b), Path(args.cache_dir))
+            log_progress(f"prepared {k}")
+        return
+    knob_t = judge.threshold_for(args.max_wrong_reuse) if judge.calibration else judge.threshold
+    snapshot = judge.meta.get("snapshot_lines") or json.loads(Path(args.snapshot).read_text())["snapshot_lines"]
+    data = sets(snapshot, Path(args.data_dir))
     emb = EmbeddingCache(None, Path(args.cache_dir))
     cos = {k: emb.cosines(p.a, p.b) for k, p in data.items()}
     trees = Verifier.default()
     tree_t = trees.models["full"].threshold_for_precision(DEFAULT_MIN_PRECISION)
     t0 = time.perf_counter()
-    tree_s = {k: trees.probabilities(list(zip(p.a, p.b)), cos[k], "full") for k, p in data.items()}
+    tree_s = {k: cached_tree_scores(trees, p, cos[k], Path(args.cache_dir)) for k, p in data.items()}
     log_progress(f"trees scored in {time.perf_counter() - t0:.0f}s")
     t0 = time.perf_counter()
-    judge_s = {k: judge.probabilities(list(zip(p.a, p.b))) for k, p in data.items() if k != "blind b1-b4"}
+    judge_s = {k: judge.probabilities(list(zip(p.a, p.b)), cos[k]) for k, p in data.items() if k != "blind b1-b4"}
     judge_s["blind b1-b4"] = np.concatenate([judge_s[f"blind {b}"] for b in BLIND_SETS])
     log_progress(f"judge scored in {time.perf_counter() - t0:.0f}s ({judge.backend})")
     scorers = [(f"trees `full` (shipped), floor {TREES_FLOOR:.2f}, P ≥ {tree_t:.2f}", TREES_FLOOR, tree_t, tree_s),
@@ -120,8 +148,8 @@ def cmd_report(args: argparse.Namespace) -> None:
         pairs = list(zip(vp.a, vp.b))
         j32 = judge if judge.backend == "onnx-fp32" else PairJudge(args.judge, backend="onnx-fp32")
         j8 = judge if judge.backend == "onnx-int8" else PairJudge(args.judge, backend="onnx-int8")
-        s32 = judge_s[val_key] if j32 is judge else j32.probabilities(pairs)
-        s8 = judge_s[val_key] if j8 is judge else j8.probabilities(pairs)
+        s32 = judge_s[val_key] if j32 is judge else j32.probabilities(pairs, cos[val_key])
+        s8 = judge_s[val_key] if j8 is judge else j8.probabilities(pairs, cos[val_key])
         a32, a8 = s32 >= knob_t, s8 >= knob_t
         res["int8_vs_fp32_validation"] = {
             "backend_int8": j8.backend, "pairs": len(vp), "fp32_accepted": int(a32.sum()),
@@ -204,7 +232,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     r = sub.add_parser("report")
     r.add_argument("--judge", default=str(DEFAULT_JUDGE_PATH))
     r.add_argument("--max-wrong-reuse", type=float, default=0.01)
+    r.add_argument("--snapshot", default="", help="a manifest.json with snapshot_lines (for a judge without one)")
     r.add_argument("--low-floor", type=float, default=0.50)
+    r.add_argument("--prepare-only", action="store_true", help="cache cosines and tree scores, then stop")
     r.add_argument("--no-int8-check", dest="int8_check", action="store_false")
     r.add_argument("--data-dir", default=str(DEFAULT_DATA_DIR))
     r.add_argument("--cache-dir", default=str(DEFAULT_CACHE_DIR))
