@@ -161,6 +161,33 @@ def cmd_pack(args: argparse.Namespace) -> None:
     log_progress(f"packed {out}" + (f" and {ASSET}" if args.write else ""))
 
 
+def cmd_calibrate(args: argparse.Namespace) -> None:
+    """Calibration table of any judge file (e.g. the earlier ``lora`` one) on the validation
+    split of a snapshot, each pair scored alone by the served backend; written into the file."""
+    from mlc_integrations.verify.text.judge import PairJudge
+    from .verifier.data import DEFAULT_CACHE_DIR, EmbeddingCache
+
+    snap = json.loads(Path(args.snapshot).read_text())["snapshot_lines"]
+    _tr, val, _m = natural_split(snap)
+    y = np.asarray(val.y) >= 0.5
+    cos = EmbeddingCache(None, DEFAULT_CACHE_DIR).cosines(val.a, val.b)
+    j = PairJudge(args.judge)
+    s = j.probabilities(list(zip(val.a, val.b)), cos)
+    cal = calibration(y, s)
+    t = [r for r in cal if r["max_wrong_reuse"] == DEFAULT_MAX_WRONG][0]["threshold"]
+    with np.load(args.judge, allow_pickle=False) as z:
+        arrays = {k: z[k] for k in z.files}
+    meta = json.loads(bytes(arrays["meta"]).decode("utf-8"))
+    meta.update({"calibration": cal, "threshold": t, "default_max_wrong_reuse": DEFAULT_MAX_WRONG,
+                 "calibration_scores": f"this file, backend {j.backend}, each pair alone",
+                 "calibration_set": f"natural validation split of snapshot {snap}: {int(y.sum())} rewordings, "
+                                    f"{int((~y).sum())} answer-changing pairs (whole domains held out per writer)",
+                 "snapshot_lines": snap})
+    arrays["meta"] = np.frombuffer(json.dumps(meta).encode("utf-8"), dtype=np.uint8)
+    np.savez_compressed(args.out or args.judge, **arrays)
+    print(json.dumps({"threshold_at_1pct": t, "calibration": cal}, indent=1))
+
+
 def main(argv: Optional[Sequence[str]] = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m evaluation.training.judge_pack", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -175,6 +202,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     p.add_argument("--rescore", action="store_true", help="calibrate on the packed weights' scores")
     p.add_argument("--write", action="store_true")
     p.set_defaults(func=cmd_pack)
+    c = sub.add_parser("calibrate")
+    c.add_argument("--judge", required=True)
+    c.add_argument("--snapshot", required=True, help="a manifest.json with snapshot_lines")
+    c.add_argument("--out", default="", help="default: rewrite --judge")
+    c.set_defaults(func=cmd_calibrate)
     args = ap.parse_args(argv)
     args.func(args)
 

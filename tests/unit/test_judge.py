@@ -20,19 +20,29 @@ def judge(text_embedder: Any) -> PairJudge:
     return j
 
 
+@pytest.fixture(scope="session")
+def cosine(text_embedder: Any) -> Any:
+    def cos(a: str, b: str) -> float:
+        va, vb = text_embedder.embed([a, b])
+        return float(np.dot(va, vb))
+
+    return cos
+
+
+def p_same(judge: PairJudge, cosine: Any, stored: str, new: str) -> float:
+    """The shipped (lora) judge also reads the L1 cosine; a full judge ignores it."""
+    return judge.probability(stored, new, cosine(stored, new))
+
+
 # ----------------------------------------------------------------------------- what ships
-def test_the_shipped_judge_is_its_fine_tuned_layers_as_differences_to_the_installed_model() -> None:
-    """Every transformer layer was trained; only their differences to the installed
-    all-MiniLM-L6-v2 ship (integers with one scale per row), never the embeddings."""
+def test_the_shipped_judge_carries_its_calibration_table_and_operating_point() -> None:
+    """The knob max_wrong_reuse maps through this table (built on the validation split)."""
     j = read_judge(DEFAULT_JUDGE_PATH)
     meta = j["meta"]
-    assert meta["kind"] == "full" and meta["base_model"] == "all-MiniLM-L6-v2"
-    layers = {int(n.split(".")[2]) for n in meta["tuned"]}
-    assert layers == set(range(6))
-    assert not any("embeddings" in k for k in j)
-    weights = [k for k in j if k.startswith("q:")]
-    assert weights and all(j[k].dtype == np.int8 for k in weights)
-    assert 0.0 < meta["threshold"] < 1.0 and meta["calibration"]
+    assert meta["kind"] in ("lora", "full") and meta["base_model"] == "all-MiniLM-L6-v2"
+    assert meta["calibration"] and 0.0 < meta["threshold"] < 1.0
+    assert "validation split" in meta["calibration_set"]
+    assert DEFAULT_JUDGE_PATH.stat().st_size < 1_500_000  # adapters, head, table: the base weights are installed
 
 
 def test_the_shipped_judge_loads_offline_and_lazily(judge: PairJudge) -> None:
@@ -43,41 +53,67 @@ def test_the_shipped_judge_loads_offline_and_lazily(judge: PairJudge) -> None:
 
 # ----------------------------------------------------------------------------- specifications
 # Pairs from the natural validation split (whole domains held out per writer: never trained
-# on, and not the blind sets): what the judge must reuse and what it must refuse.
+# on, and not the blind sets): what the judge must reuse and what it must refuse, at the
+# threshold of max_wrong_reuse=0.01 (0.915 for the shipped judge when measured).
 REWORDINGS = [
-SPEC_REWORDINGS
+    ("How do I reverse a list in Python?", "What's the way to reverse a list in Python?"),
+    ("In JavaScript, how do I check if an array is empty?", "How to check for an empty array in JS?"),
+    ("What's the difference between git fetch and git pull?", "What is the difference between git fetch and git pull?"),
+    ("Hi! I'm new to coding. What's the difference between a list and a tuple in Python?", "What's the difference between a list and a tuple in Python?"),
+    ("Where is the triangle?", "Where's the triangle in this picture?"),
+    ("Which shape is closest to the centre?", "Which shape is closest to the center?"),
+    ("I forgot my Gmail password. How do I reset it?", "How do I reset a forgotten Gmail password?"),
+    ("How do I reverse a list in Python?", "python reverse list"),
 ]
 DIFFERENT = [
-SPEC_DIFFERENT
+    ("How do I reverse a string in Python?", "How do I reverse a string in JavaScript?"),
+    ("In JavaScript, how do I check if an array is empty?", "How do I check if an array is empty?"),
+    ("How do I undo the last git commit?", "How do I undo the last git commit but keep the changes?"),
+    ("How do I undo the last git commit that I already pushed?", "How do I undo the last git commit that I haven't pushed yet?"),
+    ("How do I convert a string to an integer in Python?", "How do I convert an integer to a string in Python?"),
+    ("How do I select the first 10 rows in PostgreSQL?", "How do I select the first 100 rows in PostgreSQL?"),
+    ("How do I center a div horizontally in CSS?", "How do I center a div vertically in CSS?"),
+    ("Is the red square to the left of the blue circle?", "Is the blue circle to the left of the red square?"),
+    ("Which bar is the tallest?", "Which bar is the shortest?"),
+    ("How do I turn on two-factor authentication on Gmail?", "How do I turn off two-factor authentication on Gmail?"),
+    ("How do I get the current date in JavaScript?", "How do I get yesterday's date in JavaScript?"),
+    ("How do I remove an item from a list in Python?", "How do I remove all items from a list in Python?"),
 ]
 KNOWN_MISSES = [
-SPEC_MISSES
+    ("How do I reverse a string in Python?", "How do I revrese a string in Pyhton?", True),  # P 0.886 when measured
+    ("What does git reset --hard do?", "Explain what git reset --hard does.", True),  # P 0.813 when measured
+    ("How do I read a CSV file in Python?", "How can I load a CSV file in Python?", True),  # P 0.891 when measured
+    ("Is the red square to the left of the blue circle?", "Is the blue circle to the right of the red square?", True),  # P 0.082 when measured
+    ("Which bar is the tallest?", "Which bar is the highest?", True),  # P 0.55 when measured
+    ("What language do they speak in Brazil?", "What language is spoken in Brazil?", True),  # P 0.752 when measured
 ]
 
 
 @pytest.mark.parametrize("stored,new", REWORDINGS)
-def test_rewordings_are_the_same_question(judge: PairJudge, stored: str, new: str) -> None:
-    assert judge.probability(stored, new) >= judge.threshold, (stored, new)
+def test_rewordings_are_the_same_question(judge: PairJudge, cosine: Any, stored: str, new: str) -> None:
+    assert p_same(judge, cosine, stored, new) >= judge.threshold, (stored, new)
 
 
 @pytest.mark.parametrize("stored,new", DIFFERENT)
-def test_answer_changing_near_misses_are_refused(judge: PairJudge, stored: str, new: str) -> None:
-    assert judge.probability(stored, new) < judge.threshold, (stored, new)
+def test_answer_changing_near_misses_are_refused(judge: PairJudge, cosine: Any, stored: str, new: str) -> None:
+    assert p_same(judge, cosine, stored, new) < judge.threshold, (stored, new)
 
 
 @pytest.mark.xfail(reason="validation pairs the shipped judge still gets wrong (docs/verification.md, Limits)",
                    strict=True)
 @pytest.mark.parametrize("stored,new,same", KNOWN_MISSES)
-def test_validation_pairs_the_judge_still_gets_wrong(judge: PairJudge, stored: str, new: str, same: bool) -> None:
-    assert (judge.probability(stored, new) >= judge.threshold) == same, (stored, new)
+def test_validation_pairs_the_judge_still_gets_wrong(judge: PairJudge, cosine: Any, stored: str, new: str,
+                                                    same: bool) -> None:
+    assert (p_same(judge, cosine, stored, new) >= judge.threshold) == same, (stored, new)
 
 
-def test_a_pair_is_scored_the_same_alone_and_in_a_batch(judge: PairJudge) -> None:
+def test_a_pair_is_scored_the_same_alone_and_in_a_batch(judge: PairJudge, cosine: Any) -> None:
     """Batches pad; the int8 file scales activations per call, so the engine judges each
     pair alone: batched scores stay within a few hundredths of the served ones."""
     pairs = REWORDINGS[:3] + DIFFERENT[:3]
-    alone = judge.probabilities(pairs)
-    batched = judge.probabilities(pairs, batch=len(pairs))
+    cos = [cosine(a, b) for a, b in pairs]
+    alone = judge.probabilities(pairs, cos)
+    batched = judge.probabilities(pairs, cos, batch=len(pairs))
     np.testing.assert_allclose(alone, batched, atol=0.05)
 
 

@@ -80,23 +80,28 @@ def test_a_non_default_knob_travels_with_the_model_name_to_the_engine() -> None:
 
 
 @pytest.fixture(scope="session")
-def default_policy(text_embedder: Any) -> Any:
-    return make_policy("default")
+def judge_policy(text_embedder: Any) -> Any:
+    return make_policy("judge")
 
 
-def test_the_judge_decides_by_default_with_the_one_percent_threshold(default_policy: Any) -> None:
-    assert JUDGE_BY_DEFAULT
-    assert default_policy.judge is not None and default_policy.judge.kind == "full"
-    assert default_policy.threshold == default_policy.judge.threshold_for(0.01)
-    assert default_policy.stats()["decided_by"] == "judge"
+def test_the_default_is_the_judge_only_while_it_beats_the_trees(text_embedder: Any) -> None:
+    policy = make_policy("default")
+    assert (policy.judge is not None) == JUDGE_BY_DEFAULT
+    assert policy.stats()["decided_by"] == ("judge" if JUDGE_BY_DEFAULT else "trees")
 
 
-def test_a_looser_knob_lowers_the_judges_threshold(default_policy: Any) -> None:
-    loose = make_policy(JudgeChoice("default", 0.05))
-    assert loose.threshold == loose.judge.threshold_for(0.05) < default_policy.threshold
+def test_the_judge_by_name_takes_the_one_percent_threshold_of_its_table(judge_policy: Any) -> None:
+    assert judge_policy.judge is not None and judge_policy.judge.calibration
+    assert judge_policy.threshold == judge_policy.judge.threshold_for(0.01)
+    assert judge_policy.stats()["judge"]["max_wrong_reuse"] == 0.01
+
+
+def test_a_looser_knob_lowers_the_judges_threshold(judge_policy: Any) -> None:
+    loose = make_policy(VerifierOptions(model="judge", max_wrong_reuse=0.05).model)
+    assert loose.threshold == loose.judge.threshold_for(0.05) < judge_policy.threshold
 
 
 def test_trees_by_name_or_by_environment_keep_the_trees(monkeypatch: pytest.MonkeyPatch, text_embedder: Any) -> None:
     assert make_policy("trees").judge is None
     monkeypatch.setenv("MLC_JUDGE", "off")
-    assert make_policy("default").judge is None
+    assert make_policy("judge").judge is None
