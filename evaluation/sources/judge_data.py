@@ -17,7 +17,7 @@ which the two answers agree), the contrast suite's *train* split and scene quest
 pairs written with the *train* templates (label: same question program, argument swaps
 and negated opposites included).
 
-Test only: the blind natural set (``text_pairs_blind/b1, b2``), the suite's test split,
+Test only: the blind natural sets (``text_pairs_blind/b1``-``b4``; b3, b4 by writers who never saw the spec), the suite's test split,
 ``contrast_fresh.jsonl``, qqp_val's held-out 30 %.
 """
 
