@@ -28,6 +28,7 @@ from .store.chroma import DEFAULT_RETRY_INTERVAL, DEFAULT_SEARCH_EF, DEFAULT_TIM
 from .runtime.inflight import DEFAULT_WAIT_S
 from .tiers import DEFAULT_L1_PRESCREEN, DEFAULT_L2_PRESCREEN
 from .verify import DEFAULT_EXPLORE_RATE, DEFAULT_MIN_PRECISION
+from .verify.policy import DEFAULT_MAX_WRONG_REUSE, JudgeChoice, check_max_wrong_reuse
 from .store.writebehind import DEFAULT_MAX_PENDING
 
 
@@ -185,16 +186,21 @@ class TierOptions:
 class VerifierOptions:
     """The judge between retrieval and reuse (docs/verification.md).
 
-    * ``model``: ``"default"`` (the shipped verifier), ``"off"`` (raw cosine thresholds), a
-      path to a verifier JSON, a ``Verifier`` or a ``VerificationPolicy``.
-    * ``min_precision``: the precision the verifier's operating point must keep.
+    * ``model``: ``"default"`` (the shipped judge where both texts are known, the trees
+      elsewhere), ``"judge"``, ``"trees"`` (the trees alone), ``"off"`` (raw cosine
+      thresholds), a path to a verifier JSON, a ``Verifier`` or a ``VerificationPolicy``.
+    * ``max_wrong_reuse``: the judge's knob, the tolerated share of answer-changing requests
+      that reuse a stored answer (0.01 = 1 %), mapped to its threshold by the calibration
+      table shipped with it (measured on held-out domains). A number in (0, 1), else a
+      ``ConfigurationError``.
+    * ``min_precision``: the precision the trees' operating point must keep.
     * ``max_false_hit_rate``: error-bounded online mode (None = off); ``explore_rate`` its
       exploration share.
     * ``embedding_head``: the opt-in Quora-tuned embedding head.
 
-    Example: fewer, surer hits::
+    Example: more rewordings reused, up to 2 % answer-changing requests served a stored answer::
 
-        MLCEngine(verifier=VerifierOptions(min_precision=0.9))
+        MLCEngine(verifier=VerifierOptions(max_wrong_reuse=0.02))
     """
 
     model: Any = "default"
@@ -202,6 +208,14 @@ class VerifierOptions:
     max_false_hit_rate: Optional[float] = None
     explore_rate: float = DEFAULT_EXPLORE_RATE
     embedding_head: bool = False
+    max_wrong_reuse: float = DEFAULT_MAX_WRONG_REUSE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "max_wrong_reuse", check_max_wrong_reuse(self.max_wrong_reuse))
+        # The engine hands make_policy ``model``: a judge name travels with its knob.
+        if self.max_wrong_reuse != DEFAULT_MAX_WRONG_REUSE and (
+                self.model is True or (isinstance(self.model, str) and self.model in ("default", "judge"))):
+            object.__setattr__(self, "model", JudgeChoice(self.model, self.max_wrong_reuse))
 
     @classmethod
     def of(cls, value: Any) -> "VerifierOptions":

@@ -190,7 +190,8 @@ class MLCEngine:
         self.verification: Optional[VerificationPolicy] = make_policy(
             judge.model, min_precision=judge.min_precision, max_false_hit_rate=judge.max_false_hit_rate,
             explore_rate=judge.explore_rate, text_model=self.encoders.text_model_name,
-            embedding_head=judge.embedding_head, text_embedder=lambda: self.encoders.text_embedder)
+            embedding_head=judge.embedding_head, text_embedder=lambda: self.encoders.text_embedder,
+            max_wrong_reuse=judge.max_wrong_reuse)
         if self.verification is None and l1_threshold < 0.95:
             log.warning("verifier is off and l1_threshold=%.2f: raw cosine alone reuses negated and reworded "
                         "questions below 0.95 (see docs/verification.md)", l1_threshold)

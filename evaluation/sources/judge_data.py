@@ -17,7 +17,7 @@ which the two answers agree), the contrast suite's *train* split and scene quest
 pairs written with the *train* templates (label: same question program, argument swaps
 and negated opposites included).
 
-Test only: the blind natural set (``text_pairs_blind/b1, b2``), the suite's test split,
+Test only: the blind natural sets (``text_pairs_blind/b1``-``b4``; b3, b4 by writers who never saw the spec), the suite's test split,
 ``contrast_fresh.jsonl``, qqp_val's held-out 30 %.
 """
 
@@ -38,7 +38,7 @@ from ..paths import REPO_ROOT
 MAIN_DATA = Path(REPO_ROOT.parent / "main" / "evaluation" / "data")
 NATURAL_DIR = MAIN_DATA / "text_pairs" / "train"
 BLIND_DIR = MAIN_DATA / "text_pairs_blind"
-WRITERS = ("w1", "w2", "w3", "w4", "w5")
+WRITERS = tuple(f"w{i}" for i in range(1, 11))  # round 1: w1-w5, round 2: w6-w10 (same split rule)
 SPLIT_SALT = "judge-val-25"
 GPTCACHE_PAIRS = REPO_ROOT.parent / "shared" / "data" / "gptcache_paraphrase_pairs.json"
 
@@ -146,10 +146,13 @@ def natural_split(counts: dict[str, int]) -> tuple[Pairs, Pairs, dict[str, Any]]
     return tr, va, manifest
 
 
-def blind_pairs() -> Pairs:
-    """The blind natural test set (test only: never train, calibrate or choose on it)."""
+BLIND_SETS = ("b1", "b2", "b3", "b4")  # b3, b4: writers who never saw the spec
+
+
+def blind_pairs(names: Sequence[str] = ("b1", "b2")) -> Pairs:
+    """The blind natural test sets (test only: never train, calibrate or choose on them)."""
     out = Pairs()
-    for name in ("b1", "b2"):
+    for name in names:
         p = _data_dir(BLIND_DIR) / f"{name}.jsonl"
         for line in p.read_text(encoding="utf-8").splitlines():
             if line.strip():

@@ -64,6 +64,30 @@ def exact_answer_match(fresh: str, stored: str) -> bool:
 #   python -m evaluation.training.train_verifier vqa
 DEFAULT_MIN_PRECISION = 0.80
 DEFAULT_EXPLORE_RATE = 0.05
+# The judge's knob: the tolerated share of answer-changing requests that reuse a stored
+# answer, mapped to a threshold by the calibration table shipped in the judge file (built
+# on held-out validation domains: docs/verification.md).
+DEFAULT_MAX_WRONG_REUSE = 0.01
+
+
+def check_max_wrong_reuse(value: Any) -> float:
+    """``max_wrong_reuse`` as a float in (0, 1), else a :class:`ConfigurationError`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value):
+        raise ConfigurationError(f"max_wrong_reuse must be a share between 0 and 1 (e.g. 0.01 for 1 %), "
+                                 f"not {value!r}")
+    if not (0.0 < float(value) < 1.0):
+        raise ConfigurationError(f"max_wrong_reuse={value!r} is outside (0, 1): it is a share "
+                                 "(0.01 = at most 1 % of answer-changing requests reuse a stored answer)")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class JudgeChoice:
+    """A verifier name with the judge's knob (what ``VerifierOptions`` hands the engine
+    when ``max_wrong_reuse`` is not the default)."""
+
+    name: Any = "default"
+    max_wrong_reuse: float = DEFAULT_MAX_WRONG_REUSE
 
 
 @dataclass
@@ -141,6 +165,7 @@ class VerificationPolicy:
         seed: Optional[int] = None,
         judge: Any = None,
         text_embedder: Any = None,
+        max_wrong_reuse: float = DEFAULT_MAX_WRONG_REUSE,
     ) -> None:
         if not (0.0 < min_precision < 1.0):
             raise ValueError("min_precision must be in (0, 1)")
@@ -156,10 +181,17 @@ class VerificationPolicy:
             raise ValueError("answer_match must be 'exact' or a callable(fresh_answer, stored_answer) -> bool")
         self.verifier = verifier
         # The L1 judge (judge.py): a cross-encoder reading both texts, used when both texts
-        # are known (and the engine's text model is the judge's); the trees decide otherwise.
+        # are known; the trees decide otherwise (no stored text, or no judge can run here).
+        # The "full" judge reads the texts only; the earlier "lora" one also reads the L1
+        # cosine (so it needs the engine's text model to be its own).
         # "default": the shipped judge (what make_policy gives the engine); None: trees only.
-        self.judge: Optional[PairJudge] = (default_judge() if judge == "default" and cosine_matches_verifier
-                                           else judge if isinstance(judge, PairJudge) else None)
+        self.max_wrong_reuse = check_max_wrong_reuse(max_wrong_reuse)
+        j = default_judge() if judge == "default" else judge if isinstance(judge, PairJudge) else None
+        if j is not None and j.kind != "full" and not cosine_matches_verifier:
+            j = None
+        self.judge: Optional[PairJudge] = j
+        self.judge_threshold = (None if j is None else j.threshold_for(self.max_wrong_reuse) if j.calibration
+                                else j.threshold)
         # The engine's sentence model (an object with ``embed(texts)``, or a function that
         # returns it when first needed): the judge's cosine on the L2 prompt side comes from
         # it, never from a second copy of the model. None: the shipped default model.
@@ -208,8 +240,8 @@ class VerificationPolicy:
 
     # ------------------------------------------------------------- thresholds
     def static_threshold(self, model: str) -> float:
-        if model == "judge" and self.judge is not None:
-            return self.judge.threshold  # its operating point, chosen on held-out training domains
+        if model == "judge" and self.judge_threshold is not None:
+            return self.judge_threshold  # max_wrong_reuse through the judge's calibration table
         return self.verifier.models[model].threshold_for_precision(self.min_precision)
 
     @property
@@ -241,10 +273,12 @@ class VerificationPolicy:
             new_text = bytes(new_text).decode("utf-8", "replace")
         if cosine is not None and not self.cosine_matches_verifier:
             cosine = None
-        if self.judge is not None and new_text is not None and stored_text is not None:
+        reads_cosine = self.judge is not None and self.judge.kind != "full"
+        if reads_cosine and new_text is not None and stored_text is not None:
             if cosine is None and self.cosine_matches_verifier:
                 cosine = self._text_cosine(new_text, stored_text)  # an L2 prompt (CLIP-scored): the judge's input
-        if self.judge is not None and new_text is not None and stored_text is not None and cosine is not None:
+        if (self.judge is not None and new_text is not None and stored_text is not None
+                and (cosine is not None or not reads_cosine)):
             # the same request text (an L2 candidate: a near-identical picture) is not second-guessed
             same = exact_text(new_text) == exact_text(stored_text)
             p, model = (1.0 if same else self.judge.probability(stored=stored_text, new=new_text, cosine=cosine)), "judge"
@@ -400,6 +434,10 @@ class VerificationPolicy:
             lat = list(self._latency)
             out["pending_labels"] = len(self._pending)
             out["latency_ms_per_candidate_p50"] = float(np.median(lat)) if lat else None
+            out["decided_by"] = "judge" if self.judge is not None else "trees"
+            if self.judge is not None:
+                out["judge"] = {"kind": self.judge.kind, "max_wrong_reuse": self.max_wrong_reuse,
+                                "threshold": self.judge_threshold, "backend": self.judge.backend or "not loaded yet"}
             if not self.error_bounded:
                 out["min_precision"] = self.min_precision
                 out["threshold"] = self.static_threshold("judge" if self.judge is not None else "full")
@@ -460,7 +498,15 @@ class VerificationPolicy:
 
 
 # The names the engine's ``verifier=`` option accepts (besides a file, a Verifier or a policy).
-VERIFIER_NAMES = ("default", "judge", "off")
+VERIFIER_NAMES = ("default", "judge", "off", "trees")
+
+# Whether the shipped judge decides by default (L1 and L2's prompt side). Off: the fully
+# fine-tuned judge of this round (0.24 epoch on a shared CPU) reused fewer blind natural
+# rewordings than the trees at max_wrong_reuse=0.01 (27.1 % vs 29.8 %, 0.2 % vs 1.6 %
+# answer-changing); the shipped (lora) judge, calibrated on the same validation split, reuses
+# more (37.1 % / 0.5 %) but costs more per candidate (docs/verification.md). Reproduce:
+#   python -m evaluation.studies.judge_full_eval report --judge FILE
+JUDGE_BY_DEFAULT = False
 
 
 def make_policy(
@@ -473,23 +519,33 @@ def make_policy(
     seed: Optional[int] = None,
     embedding_head: bool = False,
     text_embedder: Any = None,
+    max_wrong_reuse: Optional[float] = None,
 ) -> Optional[VerificationPolicy]:
     """The policy for the engine's ``verifier`` option.
 
-    ``"default"`` the shipped verifier; ``"judge"`` the shipped verifier with the L1 judge
-    deciding where both texts are known (opt-in, see below); ``None``/``"off"``/``False`` no verification
-    (raw cosine thresholds, as other semantic caches); a path to a verifier JSON; a
-    :class:`Verifier`; or a ready :class:`VerificationPolicy` (used as is).
+    ``"default"`` the shipped judge where both texts are known (when
+    :data:`JUDGE_BY_DEFAULT`), the shipped trees elsewhere and wherever the judge cannot
+    run; ``"judge"`` the same, whatever the default; ``"trees"`` the trees alone;
+    ``None``/``"off"``/``False`` no verification (raw cosine thresholds, as other semantic
+    caches); a path to a verifier JSON; a :class:`Verifier`; a :class:`JudgeChoice` (a name
+    with ``max_wrong_reuse``); or a ready :class:`VerificationPolicy` (used as is).
+    ``max_wrong_reuse``: the judge's tolerated share of wrong reuse (default 0.01), read
+    through its calibration table; the trees keep ``min_precision``.
     ``text_embedder``: the engine's loaded sentence model (or a function returning it), so
     that the verifier never loads a second copy; without it, the named ``text_model``.
     """
+    if isinstance(verifier, JudgeChoice):
+        if max_wrong_reuse is None:
+            max_wrong_reuse = verifier.max_wrong_reuse
+        verifier = verifier.name
+    knob = check_max_wrong_reuse(DEFAULT_MAX_WRONG_REUSE if max_wrong_reuse is None else max_wrong_reuse)
     if verifier is None or verifier is False or verifier == "off":
         if max_false_hit_rate is not None:
             raise ValueError("max_false_hit_rate needs the verifier (verifier='off' was given)")
         return None
     if isinstance(verifier, VerificationPolicy):
         return verifier
-    if verifier is True or verifier in ("default", "judge"):
+    if verifier is True or verifier in ("default", "judge", "trees"):
         v = Verifier.default()
     elif isinstance(verifier, Verifier):
         v = verifier
@@ -500,24 +556,25 @@ def make_policy(
                              "(or pass a path to a verifier JSON, a Verifier or a VerificationPolicy)")
         v = Verifier.load(verifier)
     else:
-        raise ValueError("verifier must be 'default', 'off'/None, a path to a verifier JSON, a Verifier or a "
-                         f"VerificationPolicy, not {type(verifier).__name__}")
+        raise ValueError("verifier must be 'default', 'judge', 'trees', 'off'/None, a path to a verifier JSON, a "
+                         f"Verifier or a VerificationPolicy, not {type(verifier).__name__}")
     from ..embed.models import resolve_text_model
 
     same_model = resolve_text_model(text_model) == resolve_text_model(v.text_model or None)
     if not same_model:
         log.info("engine text model differs from the verifier's (%s): verifying without the cosine signal",
                  v.text_model)
-    # The L1 judge (judge.py) is opt-in: verifier="judge" (or MLC_JUDGE=on / a judge file).
-    # Measured on the held-out sets it did not beat the shipped trees where it matters most
-    # -- same-answer rewordings of the contrast suite 58.6 % vs 72.8 %, more question-side
-    # wrong hits on scenes, p90 16.5 ms per candidate (docs/results/judge_eval.md) -- so the
-    # trees decide by default.
-    wants_judge = verifier == "judge" or os.environ.get(ENV_JUDGE, "") not in ("", "off")
+    # The judge decides where both texts are known: by default (JUDGE_BY_DEFAULT, measured
+    # against the trees on held-out natural pairs) or when asked (verifier="judge",
+    # MLC_JUDGE=on / a judge file). MLC_JUDGE=off, verifier="trees", a verifier file or a
+    # Verifier, and the opt-in embedding head keep the trees.
+    env = os.environ.get(ENV_JUDGE, "")
+    named_default = verifier is True or verifier == "default"
+    wants_judge = (env != "off" and (verifier == "judge" or (named_default and (JUDGE_BY_DEFAULT or env != ""))))
     judge = "default" if wants_judge and not embedding_head else None
     return VerificationPolicy(v, min_precision=min_precision, max_false_hit_rate=max_false_hit_rate,
                               explore_rate=explore_rate, cosine_matches_verifier=same_model, seed=seed,
-                              embedding_head=embedding_head, judge=judge,
+                              embedding_head=embedding_head, judge=judge, max_wrong_reuse=knob,
                               text_embedder=text_embedder if text_embedder is not None else _named_embedder(text_model))
 
 

