@@ -16,7 +16,8 @@ os.environ.setdefault("ANONYMIZED_TELEMETRY", "False")
 from PIL import Image  # noqa: E402
 
 from mlc_integrations import MLCEngine  # noqa: E402
-from mlc_integrations.embed.models import TextEmbedder, save_clip_checkpoint  # noqa: E402
+from evaluation.training.clip_training import save_clip_checkpoint  # noqa: E402 - training code: outside the wheel
+from mlc_integrations.embed.models import TextEmbedder  # noqa: E402
 
 # The checkout's own excerpts of the real data (data/README.md): tests never need ../shared.
 REPO_DATA = Path(__file__).resolve().parents[1] / "data"

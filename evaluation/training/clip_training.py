@@ -16,7 +16,6 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
-from mlc_integrations.embed.models import save_clip_checkpoint
 
 
 def optimizer(model: Any, lr: float, steps: int) -> tuple[Any, Callable[[int], float]]:
@@ -91,3 +90,20 @@ def save_with_report(model: Any, model_cfg: dict[str, Any], out_dir: Path, repor
         report["test_split"] = evaluate(out_dir)
     (out_dir / "training_report.json").write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def save_clip_checkpoint(model: Any, model_cfg: dict[str, Any], directory: str | Path,
+                         preprocess_cfg: Optional[dict[str, Any]] = None, half: bool = False) -> Path:
+    """Write an open_clip model in the directory layout ``mlc_integrations.ClipSpec`` loads
+    (``open_clip_config.json`` + ``open_clip_model.safetensors``). Weights only: no pickle."""
+    from safetensors.torch import save_file
+
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    cfg: dict[str, Any] = {"model_cfg": model_cfg}
+    if preprocess_cfg:
+        cfg["preprocess_cfg"] = preprocess_cfg
+    (d / "open_clip_config.json").write_text(json.dumps(cfg, indent=2))
+    state = {k: (v.half() if half and v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}
+    save_file(state, str(d / "open_clip_model.safetensors"))
+    return d

@@ -407,20 +407,3 @@ class ClipEmbedder:
                 self._text_memo.put(texts[i], v)
                 out[i] = v
         return np.stack(out).astype(np.float32)  # type: ignore[arg-type]
-
-
-def save_clip_checkpoint(model: Any, model_cfg: dict[str, Any], directory: str | Path,
-                         preprocess_cfg: Optional[dict[str, Any]] = None, half: bool = False) -> Path:
-    """Write an open_clip model in the directory layout :class:`ClipSpec` loads
-    (``open_clip_config.json`` + ``open_clip_model.safetensors``). Weights only: no pickle."""
-    from safetensors.torch import save_file
-
-    d = Path(directory)
-    d.mkdir(parents=True, exist_ok=True)
-    cfg: dict[str, Any] = {"model_cfg": model_cfg}
-    if preprocess_cfg:
-        cfg["preprocess_cfg"] = preprocess_cfg
-    (d / "open_clip_config.json").write_text(json.dumps(cfg, indent=2))
-    state = {k: (v.half() if half and v.is_floating_point() else v).contiguous() for k, v in model.state_dict().items()}
-    save_file(state, str(d / "open_clip_model.safetensors"))
-    return d
