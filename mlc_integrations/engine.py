@@ -310,7 +310,8 @@ class MLCEngine:
         lookup meanwhile waits for that answer (bounded; :mod:`.runtime.inflight`)."""
         if not CacheControl.of(control).reads:  # bypass / refresh: not read, not waited for
             self._stats.incr("bypassed")
-            return Lookup(hit=None, tiers={t: "bypassed" for t in ("L0.5", "L1", "L2")})
+            return Lookup(hit=None, tiers={t.name: "bypassed" for t in (self.exact_tier, self.text_tier,
+                                                                         self.multimodal_tier)})
         try:
             kr: Optional[KeyedRequest] = self.key(request)  # keyed once: the flight key and the lookup
             bad: Optional[BaseException] = None

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
+from .errors import ConfigurationError
+
 DEFAULT_NAMESPACE = "default"
 
 
@@ -34,12 +36,8 @@ class CacheControl:
 
     def __post_init__(self) -> None:
         if self.mode not in self.MODES:
-            from .errors import ConfigurationError
-
             raise ConfigurationError(f"cache control mode {self.mode!r}: use one of {', '.join(self.MODES)}")
         if self.ttl is not None and not (isinstance(self.ttl, (int, float)) and self.ttl > 0):
-            from .errors import ConfigurationError
-
             raise ConfigurationError(f"cache control ttl must be a number of seconds > 0, not {self.ttl!r}")
 
     @classmethod
@@ -54,12 +52,8 @@ class CacheControl:
         if isinstance(value, dict):
             unknown = set(value) - {"mode", "ttl"}
             if unknown:
-                from .errors import ConfigurationError
-
                 raise ConfigurationError(f"cache control takes 'mode' and 'ttl', not {sorted(unknown)}")
             return cls(**value)
-        from .errors import ConfigurationError
-
         raise ConfigurationError(f"cache control: a CacheControl, a mode name or a dict, not {type(value).__name__}")
 
     @property

@@ -318,25 +318,8 @@ def _neighbour_min_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return best
 
 
-def _interval_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """For each pixel: how far a(x) lies outside [min, max] of b over x's 3x3 neighbourhood.
-
-    A sub-pixel shift or a blur makes each value a blend of its neighbours', which lies in
-    that interval; a new colour does not (unless it was already next door)."""
-    p = np.pad(b, 1, mode="edge")
-    n0, n1 = a.shape
-    hi = b.copy()
-    lo = b.copy()
-    for oy in range(3):
-        for ox in range(3):
-            w = p[oy:oy + n0, ox:ox + n1]
-            np.maximum(hi, w, out=hi)
-            np.minimum(lo, w, out=lo)
-    return np.maximum(np.maximum(lo - a, a - hi), 0.0)
-
-
-def _local_range(x: np.ndarray) -> np.ndarray:
-    """max - min over each pixel's 3x3 neighbourhood."""
+def _neighbourhood_range(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(min, max) of ``x`` over each pixel's 3x3 neighbourhood (edges repeated)."""
     p = np.pad(x, 1, mode="edge")
     n0, n1 = x.shape
     hi = x.copy()
@@ -346,6 +329,21 @@ def _local_range(x: np.ndarray) -> np.ndarray:
             w = p[oy:oy + n0, ox:ox + n1]
             np.maximum(hi, w, out=hi)
             np.minimum(lo, w, out=lo)
+    return lo, hi
+
+
+def _interval_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """For each pixel: how far a(x) lies outside [min, max] of b over x's 3x3 neighbourhood.
+
+    A sub-pixel shift or a blur makes each value a blend of its neighbours', which lies in
+    that interval; a new colour does not (unless it was already next door)."""
+    lo, hi = _neighbourhood_range(b)
+    return np.maximum(np.maximum(lo - a, a - hi), 0.0)
+
+
+def _local_range(x: np.ndarray) -> np.ndarray:
+    """max - min over each pixel's 3x3 neighbourhood."""
+    lo, hi = _neighbourhood_range(x)
     return hi - lo
 
 
