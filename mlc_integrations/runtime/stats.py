@@ -69,7 +69,8 @@ class EngineStats:
             "expired": counts.get("expired", 0),
             "orphans_removed": counts.get("orphans_removed", 0),
             "l1_prescreened": counts.get("l1_prescreened", 0),  # L1 lookups that needed no sentence model
-            "l2_prescreened": counts.get("l2_prescreened", 0),  # L2 lookups that needed no image encoder
+            "l2_prescreened": counts.get("l2_prescreened", 0),  # L2 lookups with no stored picture near by fingerprint
+            "l2_fingerprint_decided": counts.get("l2_fingerprint_decided", 0),  # ... decided on the fingerprint neighbours
             "l2_image_compared": counts.get("l2_image_compared", 0),  # L2 candidates compared locally
             "l2_image_refused": counts.get("l2_image_refused", 0),  # ... and refused: a region changed, ...
             "refusals": {k.split(":", 1)[1]: v for k, v in sorted(counts.items()) if k.startswith("refusals:")},

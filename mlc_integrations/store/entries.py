@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
@@ -47,6 +48,32 @@ ANSWER_META_CHARS = 8192
 SEARCH_STEPS: tuple[tuple[bool, int], ...] = ((False, 16), (False, 256), (True, 256))
 FETCH_BATCH = 16
 EXPLAIN_ROWS = 3  # rows under the floor read to say how close a miss came
+# Where most of the last CROWD_WINDOW unfiltered queries of a tier were crowded by other
+# partitions' rows (one question asked about many pictures: its L1 rows sit in one partition
+# per picture), queries go to the filtered step at once, and one in CROWD_RESAMPLE tries the
+# unfiltered one again. Either order returns the same rows; this saves a round trip.
+CROWD_WINDOW, CROWD_SHARE, CROWD_RESAMPLE = 16, 0.75, 8
+
+
+class Crowding:
+    """Per tier: were its recent unfiltered queries crowded by other partitions?"""
+
+    def __init__(self) -> None:
+        self._recent: dict[str, deque[bool]] = {}
+        self._skipped: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def filtered_first(self, tier: str) -> bool:
+        with self._lock:
+            recent = self._recent.get(tier)
+            if recent is None or len(recent) < CROWD_WINDOW or sum(recent) < CROWD_SHARE * CROWD_WINDOW:
+                return False
+            n = self._skipped[tier] = self._skipped.get(tier, 0) + 1
+            return n % CROWD_RESAMPLE != 0
+
+    def record(self, tier: str, crowded: bool) -> None:
+        with self._lock:
+            self._recent.setdefault(tier, deque(maxlen=CROWD_WINDOW)).append(crowded)
 
 
 def answer_of(payload: Any) -> str:
@@ -271,6 +298,7 @@ class EntryStore:
             raise ValueError(f"image_evidence must be 'memory' or 'store', not {image_evidence!r}")
         self.store = store
         self._stats = stats
+        self.crowding = Crowding()
         self._on_deleted = on_deleted  # whatever else tracks entries forgets them (access log, verifier)
         # Write-behind (writebehind.py): entries accepted but not yet written; reads see them first.
         self.pending: "Optional[PendingEntries]" = None  # entries accepted, not yet written (attach_pending)
@@ -497,7 +525,8 @@ class EntryStore:
         # Pending rows are read before the store: an entry the writer moves from one to the
         # other meanwhile is then seen in at least one of them.
         pending = self.pending.neighbours(tier, vec, part, threshold) if self.pending is not None else []
-        for filtered, k in SEARCH_STEPS:
+        steps = SEARCH_STEPS[-1:] if self.crowding.filtered_first(tier) else SEARCH_STEPS
+        for filtered, k in steps:
             where = {PART: part} if filtered else None
 
             def run(where: Any = where, k: int = k) -> Any:
@@ -510,6 +539,8 @@ class EntryStore:
             ids = res["ids"][0] if res["ids"] else []
             rows = [(i, float(min(1.0, 1.0 - d))) for i, d in zip(ids, res["distances"][0])]
             saturated = len(rows) >= k and rows[-1][1] >= threshold
+            if not filtered and k == SEARCH_STEPS[0][1]:
+                self.crowding.record(tier, saturated)
             if saturated and not filtered:
                 self._stats.incr(f"search_widened_{tier}")
                 continue
@@ -538,7 +569,8 @@ class EntryStore:
         include = ["distances", "metadatas"] + (["documents"] if documents else [])
         pending = self.pending.neighbours(tier, vec, part, threshold) if self.pending is not None else []
         mine: list[tuple[str, float, dict[str, Any], Optional[str]]] = []
-        for where in (None, {PART: part}):
+        filtered_first = self.crowding.filtered_first(tier)
+        for where in (({PART: part},) if filtered_first else (None, {PART: part})):
             def run(where: Any = where) -> Any:
                 return self.store.collection(tier, dim=dim, model=model).query(
                     query_embeddings=emb, n_results=k, where=where, include=include)
@@ -552,9 +584,12 @@ class EntryStore:
                     for i, d, m, doc in zip(ids, res["distances"][0], metas, docs or [None] * len(ids))]
             above = [r for r in rows if r[1] >= threshold]
             mine = [r for r in above if r[2].get(PART) == part]
-            if where is None and len(above) >= k and len(mine) < k:
-                self._stats.incr(f"search_filtered_{tier}")  # other partitions crowd the top-k
-                continue
+            if where is None:
+                crowded = len(above) >= k and len(mine) < k
+                self.crowding.record(tier, crowded)
+                if crowded:
+                    self._stats.incr(f"search_filtered_{tier}")  # other partitions crowd the top-k
+                    continue
             break
         if pending:
             newer = {rid for rid, _s, _m in pending}
@@ -573,17 +608,21 @@ class EntryStore:
             return True
         emb = [vec.tolist()]
         col = self.store.collection(tier, dim=int(vec.shape[0]), model=model)
-        k = SEARCH_STEPS[0][1]
-        res = self.store.call(f"query {tier}", lambda: col.query(query_embeddings=emb, n_results=k,
-                                                                 include=["distances", "metadatas"]))
-        dists = res["distances"][0] if res.get("distances") else []
-        metas = res["metadatas"][0] if res.get("metadatas") else []
-        above = [m or {} for d, m in zip(dists, metas) if 1.0 - float(d) >= threshold]
-        if any(m.get(PART) == part for m in above):
-            return True
-        if len(dists) < k or len(above) < len(dists):
-            return False  # the top k is not saturated: it holds every row above the threshold
-        self._stats.incr(f"search_widened_{tier}")
+        if not self.crowding.filtered_first(tier):
+            k = SEARCH_STEPS[0][1]
+            res = self.store.call(f"query {tier}", lambda: col.query(query_embeddings=emb, n_results=k,
+                                                                     include=["distances", "metadatas"]))
+            dists = res["distances"][0] if res.get("distances") else []
+            metas = res["metadatas"][0] if res.get("metadatas") else []
+            above = [m or {} for d, m in zip(dists, metas) if 1.0 - float(d) >= threshold]
+            if any(m.get(PART) == part for m in above):
+                self.crowding.record(tier, False)
+                return True
+            crowded = len(dists) >= k and len(above) == len(dists)
+            self.crowding.record(tier, crowded)
+            if not crowded:
+                return False  # the top k is not saturated: it holds every row above the threshold
+            self._stats.incr(f"search_widened_{tier}")
         res = self.store.call(f"query {tier}", lambda: col.query(query_embeddings=emb, n_results=1,
                                                                  where={PART: part}, include=["distances"]))
         dists = res["distances"][0] if res.get("distances") else []

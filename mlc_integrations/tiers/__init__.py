@@ -3,9 +3,9 @@
 * :class:`ExactTier` (L0.5): the entry stored under the request's exact key.
 * :class:`TextSemanticTier` (L1): same exact keys but the text; the sentence model's cosine
   retrieves candidates, the verifier decides.
-* :class:`MultimodalTier` (L2): same scope and context; the pictures' and the prompt's
-  similarities each pass their own threshold, the pictures are compared locally, the
-  verifier decides on the texts.
+* :class:`MultimodalTier` (L2): same scope and context; a near stored picture (by pixel
+  fingerprint first, by the image encoder when that cannot settle it) and a near prompt,
+  the pictures compared locally, the verifier deciding on the texts.
 
 Candidates are examined best first; the first live one the judges accept is the hit.
 Only a served hit refreshes an entry's LRU access.
@@ -14,11 +14,11 @@ Only a served hit refreshes an entry's LRU access.
 from .base import Candidate, Examination, SemanticTier, TierOutcome
 from .exact import ExactTier
 from .multimodal import (DEFAULT_L2_IMAGE_THRESHOLD, DEFAULT_L2_PRESCREEN, DEFAULT_L2_PROMPT_THRESHOLD, L2_QUERY_K,
-                         MAX_IMAGE_CHECKS, MultimodalTier)
+                         MultimodalTier)
 from .text import (DEFAULT_L1_PRESCREEN, DEFAULT_L1_THRESHOLD, SCREEN_MIN_SETTLED, SCREEN_RESAMPLE, SCREEN_WINDOW,
                    TextSemanticTier)
 
 __all__ = ["Candidate", "Examination", "SemanticTier", "TierOutcome", "ExactTier", "TextSemanticTier", "MultimodalTier",
            "DEFAULT_L1_THRESHOLD", "DEFAULT_L1_PRESCREEN", "DEFAULT_L2_IMAGE_THRESHOLD", "DEFAULT_L2_PROMPT_THRESHOLD",
-           "DEFAULT_L2_PRESCREEN", "MAX_IMAGE_CHECKS", "L2_QUERY_K", "SCREEN_WINDOW", "SCREEN_MIN_SETTLED",
+           "DEFAULT_L2_PRESCREEN", "L2_QUERY_K", "SCREEN_WINDOW", "SCREEN_MIN_SETTLED",
            "SCREEN_RESAMPLE"]

@@ -1,10 +1,10 @@
 """What every semantic tier shares: candidates, the outcome a tier returns, and the
-acceptance loop (live entry -> local image check -> the verifier's verdict -> LRU touch).
+acceptance loop (live entry -> the verifier's verdict -> LRU touch; L2 compares pictures first).
 
 A tier returns its :class:`TierOutcome` as a value: the hit, every refused candidate with
 its reason, and a note on what stopped it before any candidate (a pre-screen, the best
 score under the retrieval floor). Per-lookup evidence (the image comparison of an entry,
-the descriptors read with the ANN query) lives in an :class:`Examination` made for one
+the comparison budget left) lives in an :class:`Examination` made for one
 tier call; the verifier's decisions are shared across the tiers of one lookup through the
 ``verdicts`` mapping the engine passes in (an entry judged by L1 is not judged again by L2).
 """
@@ -24,7 +24,7 @@ from ..runtime.stats import EngineStats
 from ..store.entries import EntryStore, Missing, StoredEntry
 from ..store.eviction import AccessLog
 from ..verify import Decision, VerificationPolicy
-from ..verify.image_change import ImageVerdict
+from ..verify.image_change import ComparisonBudget, ImageVerdict
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class Examination:
     verdicts: Verdicts
     outcome: TierOutcome = field(default_factory=TierOutcome)
     image_verdicts: dict[str, ImageVerdict] = field(default_factory=dict)
-    descriptors: dict[str, Optional[str]] = field(default_factory=dict)  # l2_image row id -> descriptor read with the query
+    image_budget: Optional[ComparisonBudget] = None  # L2: full image comparisons left for this lookup
 
 
 class SemanticTier:
@@ -102,7 +102,10 @@ class SemanticTier:
             start, size = start + size, 16
         return None
 
-    def _accept(self, cand: Candidate, ex: Examination, found: Union[StoredEntry, Missing]) -> Optional[Hit]:
+    def _accept(self, cand: Candidate, ex: Examination, found: Union[StoredEntry, Missing],
+                image: Optional[ImageVerdict] = None) -> Optional[Hit]:
+        """The hit, if ``found`` is live and the verifier accepts it (``image``: the local
+        image comparison's accepting verdict, whose scores the hit carries)."""
         if found == "absent":
             # Vector without its response (a crash between writes): drop it.
             self.stats.incr("orphans_removed")
@@ -110,15 +113,8 @@ class SemanticTier:
         if isinstance(found, str):
             return None
         scores, thresholds = cand.scores, cand.thresholds
-        img = self._image_check(cand, ex)
-        if img is not None:
-            if not img.accept:
-                ex.outcome.refusals.append(Refusal(
-                    tier=self.name, entry_id=cand.entry_id, matched_text=found.text,
-                    scores=dict(scores, **img.scores()), thresholds=dict(thresholds), reason="image",
-                    detail=img.detail))
-                return None
-            scores = dict(scores, **img.scores())
+        if image is not None:
+            scores = dict(scores, **image.scores())
         if self.verification is not None:
             d = self._verify(cand, ex, found)
             if not d.accept:
@@ -138,10 +134,6 @@ class SemanticTier:
     def _cosine(self, cand: Candidate) -> Optional[float]:
         """The candidate's similarity when it is the verifier's signal (the sentence model's cosine)."""
         raise NotImplementedError
-
-    def _image_check(self, cand: Candidate, ex: Examination) -> Optional[ImageVerdict]:
-        """The local image comparison's verdict (None: this tier compares no pictures)."""
-        return None
 
     def _stored_vector_tier(self) -> str:
         raise NotImplementedError

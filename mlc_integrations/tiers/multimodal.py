@@ -1,20 +1,35 @@
-"""L2: same scope, namespace and context; every picture's similarity *and* the prompt's
-similarity must each pass their own threshold, then the image-change verifier compares the
-pictures locally (verify/image_change.py: a changed region refuses) and the verifier
-decides on the texts. A pixel-fingerprint pre-screen settles pictures no stored one can
-match, so no image encoder runs for them."""
+"""L2: same scope, namespace and context; a stored picture near the new one and a prompt
+near the new one, then the image-change verifier compares the pictures locally
+(verify/image_change.py: a changed region refuses) and the verifier decides on the texts.
+
+Near stored pictures are found two ways, the cheap one first:
+
+1. **By pixel fingerprint** (images.fingerprint, 16 x 16 grey, no model): the stored
+   pictures whose fingerprint cosine reaches ``prescreen_threshold``, best first. A near
+   copy -- re-encoded, resized, the next frame of a camera -- is found and decided here by
+   the local comparison alone, and no image encoder runs. When fewer than ``L2_QUERY_K``
+   stored pictures are that near, they are every stored picture that could match (the
+   threshold keeps every near duplicate the encoder finds: docs/results/prescreen.md), so a
+   refusal of all of them is a miss without the encoder too; none at all is the pre-screen.
+2. **By the image encoder's embedding** (cosine >= ``image_threshold``), only when the
+   fingerprint neighbours were too many to all be read and none of the best was reused.
+
+Each lookup spends at most one comparison budget (``ImageChangeVerifier.budget()``: full
+comparisons; an early refusal costs none) and compares a candidate's pictures before it
+reads the candidate's entry."""
 
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
 from ..images import FINGERPRINT_MODEL
 from ..keys import KeyedRequest
-from ..request import Hit
+from ..request import Hit, Refusal
 from ..store.entries import image_row_id
+from ..store.schema import ENTRY_ID
 from ..verify.image_change import ImageChangeVerifier, ImageVerdict
 from .base import Candidate, Examination, SemanticTier
 
@@ -22,15 +37,13 @@ log = logging.getLogger(__name__)
 
 DEFAULT_L2_IMAGE_THRESHOLD = 0.95  # for an image encoder without its own calibrated threshold
 DEFAULT_L2_PROMPT_THRESHOLD = 0.80
-# A stored fingerprint this close to a new picture's is needed before the image encoder runs:
-# at 0.5 it lost 0 of 517 encoder hits among near-duplicates of 67 real pictures and 0 of 178
-# among consecutive video frames, and saved the encoder for 97.5 % of pairs of different
-# pictures (`python -m evaluation.studies.prescreen`, docs/results/prescreen.md).
+# The fingerprint floor: a stored picture this close is a candidate, and one is needed before
+# the image encoder runs: at 0.5 it lost 0 of 517 encoder hits among near-duplicates of 67
+# real pictures and 0 of 178 among consecutive video frames, and saved the encoder for 97.5 %
+# of pairs of different pictures (`python -m evaluation.studies.prescreen`,
+# docs/results/prescreen.md).
 DEFAULT_L2_PRESCREEN = 0.5
-# Local comparisons per lookup (best candidates first, ~3 ms each); a candidate beyond the
-# budget is refused unexamined (a miss costs a backend call, a wrong reuse more).
-MAX_IMAGE_CHECKS = 6
-# Rows the image query returns (and reads metadata and descriptors of): the best few only.
+# Rows each image query returns (and reads the metadata of): the best few only.
 L2_QUERY_K = 8
 
 
@@ -40,7 +53,8 @@ class MultimodalTier(SemanticTier):
     def __init__(self, *args: object, image_threshold: float, prompt_threshold: float,
                  prescreen_threshold: Optional[float], image_verifier: object = "default", **kwargs: object) -> None:
         """``image_verifier``: an :class:`ImageChangeVerifier`, ``"default"`` (the shipped
-        rule) or None (global thresholds alone decide, as before issue 24)."""
+        rule) or None (the global thresholds alone decide: every lookup runs the encoder).
+        ``prescreen_threshold``: the fingerprint floor (None: no fingerprint stage)."""
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.image_threshold = image_threshold
         self.prompt_threshold = prompt_threshold
@@ -49,101 +63,155 @@ class MultimodalTier(SemanticTier):
             ImageChangeVerifier() if image_verifier == "default" else image_verifier)  # type: ignore[assignment]
         self._store_fingerprinted: Optional[bool] = None  # every stored image row has a fingerprint
 
-    def _prescreened_out(self, kr: KeyedRequest) -> bool:
-        """True when no stored picture could pass the image threshold: no stored fingerprint
-        of the same partition is within the pre-screen threshold of the first picture's
-        (measured to keep every encoder hit; docs/operations.md). Then no encoder runs."""
+    def _fingerprint_neighbours(self, kr: KeyedRequest) -> Optional[tuple[list[tuple[str, float]], bool]]:
+        """(entry id, fingerprint cosine) of the stored pictures at or above the floor nearest
+        the request's first picture, best first, and whether more may exist (the query was
+        full). None when fingerprints cannot answer (no floor, or pictures stored without
+        fingerprints). Without an image verifier only the best row is read: it only decides
+        whether the encoder runs."""
         if self.prescreen_threshold is None:
-            return False
+            return None
         if self._store_fingerprinted is None:  # entries written before fingerprints existed
             self._store_fingerprinted = self.entries.count("l2_fprint") >= self.entries.count("l2_image")
             if not self._store_fingerprinted:
-                log.info("L2 pre-screen off for this cache: it holds pictures stored without fingerprints")
+                log.info("L2 fingerprint stage off for this cache: it holds pictures stored without fingerprints")
         if not self._store_fingerprinted:
-            return False
+            return None
         fps = self.encoders.fingerprints(kr)
-        # One near fingerprint is enough: the best row alone is read (not every frame of a static scene).
-        near, _saturated = self.entries.nearest("l2_fprint", fps[0], kr.partitions()["l2_image"][0],
-                                                self.prescreen_threshold, FINGERPRINT_MODEL, 1)
-        if near:
-            return False
-        self.stats.incr("l2_prescreened")
-        return True
+        k = L2_QUERY_K if self.image_verifier is not None else 1
+        rows, saturated = self.entries.nearest("l2_fprint", fps[0], kr.partitions()["l2_image"][0],
+                                               self.prescreen_threshold, FINGERPRINT_MODEL, k)
+        best: dict[str, float] = {}
+        for rid, sim, meta, _doc in rows:
+            best.setdefault(str(meta.get(ENTRY_ID) or rid.rpartition("#")[0]), sim)
+        return sorted(best.items(), key=lambda e: -e[1]), saturated
 
     def _cosine(self, cand: Candidate) -> Optional[float]:
         return cand.scores["prompt"] if self.encoders.prompt_is_text_model else None
 
+    def _stored_vector_tier(self) -> str:
+        return "l2_prompt"
+
     def _image_check(self, cand: Candidate, ex: Examination) -> Optional[ImageVerdict]:
-        """Compare every picture of the request with the candidate's, locally (once per
-        entry and lookup, at most :data:`MAX_IMAGE_CHECKS` entries). The first refusing
-        picture refuses; an unreadable stored descriptor is a counted refusal, never an error."""
-        if self.image_verifier is None:
-            return None
-        kr = ex.kr
+        """Compare every picture of the request with the candidate's, locally, once per entry
+        and lookup, from the lookup's comparison budget. The first refusing picture refuses;
+        an unreadable stored descriptor is a counted refusal, never an error. None: no
+        verifier, or no pictures to compare."""
+        assert self.image_verifier is not None
         seen = ex.image_verdicts
         v = seen.get(cand.entry_id)
         if v is not None:
             return v
-        if len(seen) >= MAX_IMAGE_CHECKS:
-            v = ImageVerdict(False, "budget", None, f"not compared: {MAX_IMAGE_CHECKS} candidates were compared already")
+        budget = ex.image_budget
+        if budget is not None and budget.used >= budget.limit:
+            # Only a refusal is left (early or for want of budget): the stored evidence is not read.
+            v = ImageVerdict(False, "budget", None,
+                             f"not compared: {budget.limit} pictures were compared in this lookup already")
         else:
             try:
-                news = self.encoders.image_descriptors(kr)
+                news = self.encoders.image_descriptors(ex.kr)
                 rows = [image_row_id(cand.entry_id, i) for i in range(len(news))]
-                known = ex.descriptors  # read with the ANN query
-                stored = {r: known[r] for r in rows if known.get(r)}
-                if len(stored) < len(rows):
-                    stored.update(self.entries.image_descriptors([r for r in rows if r not in stored]))
+                stored = self.entries.image_descriptors(rows)
                 v = None
                 for row, new in zip(rows, news):
-                    v = self.image_verifier.verify(stored.get(row), new, self.entries.missing_evidence())
+                    v = self.image_verifier.verify(stored.get(row), new, self.entries.missing_evidence(), budget=budget)
                     if not v.accept:
                         break
-                self.stats.incr("l2_image_compared")
+                if v is not None and v.reason != "budget":
+                    self.stats.incr("l2_image_compared")
             except Exception as exc:  # a corrupt descriptor or a failed read: a counted miss
                 log.warning("image comparison with %s failed: %s", cand.entry_id[:12], exc)
                 self.stats.error("image_verifier")
                 v = ImageVerdict(False, "descriptor", None, f"image comparison failed: {type(exc).__name__}: {exc}")
-            if v is None:  # no pictures: nothing to compare
+            if v is None:
                 return None
-            if not v.accept:
-                self.stats.incr("l2_image_refused")
+        if not v.accept:
+            self.stats.incr("l2_image_refused")
         seen[cand.entry_id] = v
         return v
 
-    def _stored_vector_tier(self) -> str:
-        return "l2_prompt"
+    def _accept_best(self, cands: Sequence[Candidate], ex: Examination) -> Optional[Hit]:
+        """Best first: the candidate's pictures are compared before its entry is read, and
+        the first candidate whose pictures pass and whose entry the verifier accepts is the
+        hit (no comparison after it)."""
+        if self.image_verifier is None:
+            return super()._accept_best(cands, ex)
+        for cand in cands:
+            if cand.entry_id in ex.image_verdicts:  # examined by the other retrieval of this lookup
+                continue
+            v = self._image_check(cand, ex)
+            if v is not None and not v.accept:
+                ex.outcome.refusals.append(Refusal(
+                    tier=self.name, entry_id=cand.entry_id, scores=dict(cand.scores, **v.scores()),
+                    thresholds=dict(cand.thresholds), reason="image", detail=v.detail))
+                continue
+            found = self.entries.fetch([cand.entry_id], ex.now)[cand.entry_id]
+            hit = self._accept(cand, ex, found, image=v)
+            if hit is not None:
+                return hit
+        return None
 
     def _examine(self, ex: Examination) -> Optional[Hit]:
         kr = ex.kr
-        if self._prescreened_out(kr):
+        near = self._fingerprint_neighbours(kr)
+        if near is not None and not near[0]:
+            self.stats.incr("l2_prescreened")
             ex.outcome.note = f"pre-screened: no stored picture within fingerprint cosine {self.prescreen_threshold:.2f}"
             return None
         clip = self.encoders.image_tower
         if clip is None:
             ex.outcome.note = "no image tower"
             return None
-        img_vecs = self.encoders.image_vecs(kr, clip)
         prompt_vec = self.encoders.prompt_vec(kr, clip)
+        if self.image_verifier is not None:
+            ex.image_budget = self.image_verifier.budget()
+        if near is not None and self.image_verifier is not None:
+            cands = self._fingerprint_candidates(kr, near[0], prompt_vec)
+            hit = self._accept_best(cands, ex)
+            budget = ex.image_budget
+            assert budget is not None
+            if hit is not None or not near[1] or budget.used >= budget.limit:
+                self.stats.incr("l2_fingerprint_decided")
+                if hit is None:
+                    ex.outcome.note = (
+                        "comparison budget spent on the fingerprint neighbours" if near[1] else
+                        f"every stored picture within fingerprint cosine {self.prescreen_threshold:.2f} was examined"
+                        if cands else f"no stored picture within fingerprint cosine {self.prescreen_threshold:.2f} "
+                                      f"and prompt cosine {self.prompt_threshold:.2f}")
+                return hit
+        return self._encoder_stage(ex, clip, prompt_vec)
+
+    def _fingerprint_candidates(self, kr: KeyedRequest, near: list[tuple[str, float]],
+                                prompt_vec: np.ndarray) -> list[Candidate]:
+        """The fingerprint neighbours whose prompt passes (one read of their prompt
+        vectors), nearest picture first; the local comparison decides on every picture."""
+        prompt_vecs = self.entries.vectors("l2_prompt", [eid for eid, _s in near])
+        cands = []
+        for eid, fp in near:
+            pv = prompt_vecs.get(eid)
+            p_sim = float(np.dot(prompt_vec, pv)) if pv is not None else -1.0
+            if p_sim >= self.prompt_threshold:
+                cands.append(Candidate(eid, {"fingerprint": min(1.0, fp), "prompt": min(1.0, p_sim)},
+                                       {"fingerprint": float(self.prescreen_threshold),  # type: ignore[arg-type]
+                                        "prompt": self.prompt_threshold}))
+        return cands
+
+    def _encoder_stage(self, ex: Examination, clip: object, prompt_vec: np.ndarray) -> Optional[Hit]:
+        """Candidates by the image encoder's embedding (cosine >= ``image_threshold``)."""
+        kr = ex.kr
+        img_vecs = self.encoders.image_vecs(kr, clip)  # type: ignore[arg-type]
         parts = kr.partitions()
-        # Only the best few stored pictures are ever examined (MAX_IMAGE_CHECKS local
-        # comparisons), so the ANN query asks for L2_QUERY_K rows and reads the metadata
-        # and descriptors of those alone -- never of every stored frame over the threshold
-        # (a camera watching a static scene: all of them pass a low global threshold).
+        # The ANN query asks for L2_QUERY_K rows and reads the metadata of those alone --
+        # never of every stored frame over the threshold (a camera watching a static scene:
+        # all of them pass a low global threshold). Descriptors are read only for a candidate
+        # that is compared (memory first): reading them for all L2_QUERY_K rows (~10 kB each)
+        # took the demo's VQA median lookup from 65.6 to 107.7 ms.
         found, saturated = self.entries.nearest(
             "l2_image", img_vecs[0], parts["l2_image"][0], self.image_threshold, self.encoders.image_model,
             L2_QUERY_K, documents=False)
-        # Descriptors are not read with the query: an examined candidate's come from this
-        # process's memory, else one read of that candidate's rows (entries.image_descriptors).
-        # Reading them for all L2_QUERY_K rows (~10 kB each) took the demo's VQA median lookup from
-        # 65.6 to 107.7 ms (`./dev demo`, same run conditions, persistent cache with evidence at rest).
-        docs = ex.descriptors
         image0: dict[str, float] = {}
-        for rid, sim, meta, doc in found:
-            eid = str(meta.get("entry_id") or rid.rpartition("#")[0])
-            image0.setdefault(eid, sim)
-            if doc is not None:
-                docs[rid] = doc or None
+        for rid, sim, meta, _doc in found:
+            image0.setdefault(str(meta.get(ENTRY_ID) or rid.rpartition("#")[0]), sim)
         cands = self._candidates(kr, image0, img_vecs, prompt_vec)
         if not cands and saturated:
             # One picture asked about many times: the best pictures' prompts all differ from
@@ -158,8 +226,6 @@ class MultimodalTier(SemanticTier):
         if not cands:
             ex.outcome.note = (f"no stored picture within image cosine {self.image_threshold:.2f} "
                                f"and prompt cosine {self.prompt_threshold:.2f}")
-        if self.image_verifier is not None:  # candidates past the comparison budget would be refused unread
-            cands = cands[:MAX_IMAGE_CHECKS]
         return self._accept_best(cands, ex)
 
     def _candidates(self, kr: KeyedRequest, image0: dict[str, float], img_vecs: np.ndarray,

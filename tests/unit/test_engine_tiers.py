@@ -80,11 +80,24 @@ def test_l2_requires_both_image_and_prompt(make_engine) -> None:
     eng.update(req("What color is the shape?", [img]), "red")
     hit = eng.lookup(req("What's the color of the shape?", [img]))
     assert hit is not None and hit.tier == "L2"
-    assert {"image", "prompt"} <= set(hit.scores) and hit.scores["image"] >= 0.999
+    # the same pixels: found by their fingerprint (no image encoder run), compared locally
+    assert {"fingerprint", "prompt", "image_changed"} <= set(hit.scores) and hit.scores["fingerprint"] >= 0.999
+    assert all(hit.scores[k] >= t for k, t in hit.thresholds.items())
     # same wording, different picture: image side fails on its own
     assert eng.lookup(req("What color is the shape?", [pattern(6)])) is None
     # same picture, unrelated wording: prompt side fails on its own
     assert eng.lookup(req("How many legs does a spider have?", [img])) is None
+
+
+def test_without_an_image_verifier_the_encoder_finds_the_picture(make_engine) -> None:
+    eng = make_engine(l2_image_threshold=0.999, l2_prompt_threshold=0.9,
+                      tiers=TierOptions(exact=False, l1=False, image_verifier=None))
+    img = pattern(5)
+    eng.update(req("What color is the shape?", [img]), "red")
+    hit = eng.lookup(req("What's the color of the shape?", [img]))
+    assert hit is not None and hit.tier == "L2"
+    assert {"image", "prompt"} <= set(hit.thresholds) and "fingerprint" not in hit.scores and hit.scores["image"] >= 0.999
+    assert eng.lookup(req("What color is the shape?", [pattern(6)])) is None
 
 
 def test_l2_several_images_each_must_match(make_engine) -> None:

@@ -13,7 +13,8 @@ import pytest
 from PIL import Image
 
 from mlc_integrations import CacheRequest, TierOptions
-from mlc_integrations.tiers import L2_QUERY_K, MAX_IMAGE_CHECKS
+from mlc_integrations.tiers import L2_QUERY_K
+from mlc_integrations.verify.image_change import ImageChangeVerifier
 
 
 def _frame(i: int) -> Image.Image:
@@ -23,10 +24,10 @@ def _frame(i: int) -> Image.Image:
     return Image.fromarray(base)
 
 
-def _engine(make_engine, **kw):
+def _engine(make_engine, l2_prescreen=None, **kw):
     # Every stored picture passes the global threshold (-1): the worst case for the read volume.
     return make_engine(durable=True, l2_image_threshold=-1.0, l2_prompt_threshold=0.9,
-                       tiers=TierOptions(exact=False, l1=False, l2_prescreen=None, **kw))
+                       tiers=TierOptions(exact=False, l1=False, l2_prescreen=l2_prescreen, **kw))
 
 
 def _count_rows_read(eng):
@@ -47,19 +48,21 @@ def _count_rows_read(eng):
 
 
 def test_the_query_size_leaves_room_for_every_local_comparison() -> None:
-    assert L2_QUERY_K >= MAX_IMAGE_CHECKS
+    assert L2_QUERY_K >= ImageChangeVerifier().comparisons_per_lookup
 
 
-@pytest.mark.parametrize("verifier", ["default", None])
-def test_a_lookup_reads_at_most_the_best_few_rows_however_many_frames_pass(make_engine, verifier) -> None:
-    eng = _engine(make_engine, image_verifier=verifier)
+@pytest.mark.parametrize("verifier,fingerprints", [("default", None), (None, None), ("default", 0.5)])
+def test_a_lookup_reads_at_most_the_best_few_rows_however_many_frames_pass(make_engine, verifier, fingerprints) -> None:
+    eng = _engine(make_engine, image_verifier=verifier, l2_prescreen=fingerprints)
     for i in range(3 * L2_QUERY_K):
         eng.update(CacheRequest(text="How many people are in the street?", images=[_frame(i)]), f"{i} people")
     reads = _count_rows_read(eng)
     eng.lookup(CacheRequest(text="How many people are in the street?", images=[_frame(999)]))
     assert reads, "the lookup read nothing"
     assert all(n <= L2_QUERY_K for _what, n in reads), reads
-    assert len(reads) <= 4, reads  # image query, prompt vectors, entry (and at most one more)
+    # image query, prompt vectors, entry (and at most one more); the fingerprint stage's query
+    # and prompt vectors come first, and the encoder's only if the fingerprints cannot settle it
+    assert len(reads) <= (4 if fingerprints is None else 6), reads
 
 
 def test_one_picture_asked_many_questions_still_finds_the_same_question(make_engine) -> None:

@@ -234,7 +234,8 @@ def test_l2_sees_the_images(make_engine, inner, tmp_path) -> None:
     llm.chat(user(QUESTION, ImageBlock(path=path)))
     llm.chat(user(PARAPHRASE, img))
     assert llm.last_hit is not None and llm.last_hit.tier == "L2"
-    assert {"image", "prompt"} <= set(llm.last_hit.scores)
+    # the same pixels, as a path and as a PIL image: found by fingerprint, compared locally
+    assert {"fingerprint", "prompt", "image_changed"} <= set(llm.last_hit.scores)
     assert len(inner.calls) == 1
 
 
