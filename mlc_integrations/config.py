@@ -149,8 +149,13 @@ class TierOptions:
     * ``l1_prescreen``: static-embedding cosine under which no stored text can reach the
       L1 floor, so the sentence model does not run on the caller's path (None = off;
       docs/results/text_prescreen.md).
-    * ``l2_prescreen``: pixel-fingerprint cosine under which no stored picture can match,
-      so no image encoder runs (None = off).
+    * ``l2_prescreen``: the pixel-fingerprint floor. Stored pictures at or above it are L2's
+      first candidates, decided by the local image comparison with no image encoder run
+      (a re-encoded or resized copy, the next camera frame); none at all is a miss with no
+      encoder run either. The encoder (and ``l2_image_threshold``) finds candidates only
+      when more stored pictures pass the floor than one query reads (a static camera's
+      many frames) and none of the best was reused. None = off: every L2 lookup runs the
+      encoder. Without an image verifier the floor only decides whether the encoder runs.
     * ``inflight_wait_s``: an identical request arriving while one is being answered waits
       up to this long for its answer instead of calling the model again (0 = never wait;
       inflight.py).

@@ -118,8 +118,10 @@ class Hit:
     """A reusable earlier response, and why it was reused.
 
     ``scores`` holds the similarities that were compared (e.g. ``{"text": 0.93}`` for
-    L1, ``{"image": 0.97, "prompt": 0.91}`` for L2, ``{}`` for L0.5); ``thresholds``
-    the thresholds they had to clear.
+    L1; for L2 ``{"fingerprint": 0.99, "prompt": 0.91}`` when the picture was found by its
+    pixel fingerprint, ``{"image": 0.97, "prompt": 0.91}`` when by the image encoder, plus
+    the local comparison's ``image_*`` figures; ``{}`` for L0.5); ``thresholds`` the
+    thresholds they had to clear.
     """
 
     payload: Any

@@ -153,9 +153,13 @@ class NewEntry:
     image_descs: Optional[list[str]] = None
     describe_images: Optional[Callable[[], list[str]]] = None
 
-    # Deferred vectors are computed once, by whichever thread asks first (the writer, or a
-    # lookup that found this pending entry near its request); the others wait for it.
-    _compute_lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    # Deferred values are computed once, by whichever thread asks first (the writer, or a
+    # lookup that found this pending entry near its request); the others wait for it. One
+    # lock per value: a lookup that needs a pending picture's descriptor (~1 ms) must not wait
+    # for the writer's image tower run (10-20 ms) on the same entry.
+    _compute_locks: dict[str, threading.Lock] = field(
+        default_factory=lambda: {"embed_text": threading.Lock(), "embed_images": threading.Lock(),
+                                 "describe_images": threading.Lock()}, repr=False, compare=False)
 
     @property
     def has_l1(self) -> bool:
@@ -171,7 +175,7 @@ class NewEntry:
 
     def _computed(self, value_attr: str, deferred_attr: str) -> Any:
         if getattr(self, value_attr) is None and getattr(self, deferred_attr) is not None:
-            with self._compute_lock:
+            with self._compute_locks[deferred_attr]:
                 compute = getattr(self, deferred_attr)
                 if getattr(self, value_attr) is None and compute is not None:
                     setattr(self, value_attr, compute())
@@ -208,7 +212,7 @@ class NewEntry:
         """The image-change descriptors, computed now if they were deferred (a failure
         stores none: the entry is then verified as one written before descriptors)."""
         if self.image_descs is None and self.describe_images is not None:
-            with self._compute_lock:
+            with self._compute_locks["describe_images"]:
                 if self.image_descs is None and self.describe_images is not None:
                     try:
                         self.image_descs = self.describe_images()

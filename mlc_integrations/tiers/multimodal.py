@@ -11,8 +11,11 @@ Near stored pictures are found two ways, the cheap one first:
    stored pictures are that near, they are every stored picture that could match (the
    threshold keeps every near duplicate the encoder finds: docs/results/prescreen.md), so a
    refusal of all of them is a miss without the encoder too; none at all is the pre-screen.
-2. **By the image encoder's embedding** (cosine >= ``image_threshold``), only when the
-   fingerprint neighbours were too many to all be read and none of the best was reused.
+   When the neighbours are too many to read (one picture asked about many times, a camera
+   watching one scene), the stored entries with a near prompt are read instead and their
+   fingerprints checked: when *they* are fewer than ``L2_QUERY_K``, the lookup is settled.
+2. **By the image encoder's embedding** (cosine >= ``image_threshold``), only when neither
+   side could be read whole and none of the best was reused.
 
 Each lookup spends at most one comparison budget (``ImageChangeVerifier.budget()``: full
 comparisons; an early refusal costs none) and compares a candidate's pictures before it
@@ -139,6 +142,9 @@ class MultimodalTier(SemanticTier):
         for cand in cands:
             if cand.entry_id in ex.image_verdicts:  # examined by the other retrieval of this lookup
                 continue
+            judged = ex.verdicts.get(cand.entry_id)
+            if judged is not None and not judged.accept:  # L1 refused its text in this lookup: so would L2
+                continue
             v = self._image_check(cand, ex)
             if v is not None and not v.accept:
                 ex.outcome.refusals.append(Refusal(
@@ -166,30 +172,63 @@ class MultimodalTier(SemanticTier):
         if self.image_verifier is not None:
             ex.image_budget = self.image_verifier.budget()
         if near is not None and self.image_verifier is not None:
-            cands = self._fingerprint_candidates(kr, near[0], prompt_vec)
-            hit = self._accept_best(cands, ex)
-            budget = ex.image_budget
-            assert budget is not None
-            if hit is not None or not near[1] or budget.used >= budget.limit:
+            hit, settled = self._fingerprint_stage(ex, near, prompt_vec)
+            if settled:
                 self.stats.incr("l2_fingerprint_decided")
-                if hit is None:
-                    ex.outcome.note = (
-                        "comparison budget spent on the fingerprint neighbours" if near[1] else
-                        f"every stored picture within fingerprint cosine {self.prescreen_threshold:.2f} was examined"
-                        if cands else f"no stored picture within fingerprint cosine {self.prescreen_threshold:.2f} "
-                                      f"and prompt cosine {self.prompt_threshold:.2f}")
                 return hit
         return self._encoder_stage(ex, clip, prompt_vec)
 
-    def _fingerprint_candidates(self, kr: KeyedRequest, near: list[tuple[str, float]],
-                                prompt_vec: np.ndarray) -> list[Candidate]:
-        """The fingerprint neighbours whose prompt passes (one read of their prompt
-        vectors), nearest picture first; the local comparison decides on every picture."""
-        prompt_vecs = self.entries.vectors("l2_prompt", [eid for eid, _s in near])
+    def _fingerprint_stage(self, ex: Examination, near: tuple[list[tuple[str, float]], bool],
+                           prompt_vec: np.ndarray) -> tuple[Optional[Hit], bool]:
+        """The hit among the stored pictures near by fingerprint, and whether that settles the
+        lookup: a hit, or every entry that could match was examined -- all fingerprint
+        neighbours when they were fewer than a query reads, else all entries with a near
+        prompt when *those* were (one picture asked about many times: its entries crowd the
+        fingerprint query; the prompt side names the few about this question)."""
+        kr, budget = ex.kr, ex.image_budget
+        assert budget is not None and self.prescreen_threshold is not None
+        rows, crowded = near
+        cands = self._fingerprint_candidates(kr, rows, prompt_vec)
+        hit = self._accept_best(cands, ex)
+        if hit is not None or not crowded:
+            if hit is None:
+                ex.outcome.note = (
+                    f"every stored picture within fingerprint cosine {self.prescreen_threshold:.2f} was examined"
+                    if cands else f"no stored picture within fingerprint cosine {self.prescreen_threshold:.2f} "
+                                  f"and prompt cosine {self.prompt_threshold:.2f}")
+            return hit, True
+        if budget.used >= budget.limit:
+            ex.outcome.note = "comparison budget spent on the fingerprint neighbours"
+            return None, True
+        p_found, p_crowded = self.entries.nearest("l2_prompt", prompt_vec, kr.partitions()["l2_prompt"],
+                                                  self.prompt_threshold, self.encoders.prompt_model, L2_QUERY_K)
+        seen = {eid for eid, _fp in rows}
+        ids = [rid for rid, _s, _m, _d in p_found if rid not in seen]
+        fps = self.entries.vectors("l2_fprint", [image_row_id(e, 0) for e in ids]) if ids else {}
+        mine = self.encoders.fingerprints(kr)[0]
+        more = sorted(((e, float(np.dot(mine, fps[image_row_id(e, 0)]))) for e in ids if image_row_id(e, 0) in fps),
+                      key=lambda x: -x[1])
+        more = [(e, fp) for e, fp in more if fp >= self.prescreen_threshold]
+        p_sims = {rid: sim for rid, sim, _m, _d in p_found}
+        hit = self._accept_best(self._fingerprint_candidates(kr, more, prompt_vec, p_sims), ex)
+        if hit is None and not p_crowded:
+            ex.outcome.note = (f"every stored entry within prompt cosine {self.prompt_threshold:.2f} and fingerprint "
+                               f"cosine {self.prescreen_threshold:.2f} was examined")
+        return hit, hit is not None or not p_crowded
+
+    def _fingerprint_candidates(self, kr: KeyedRequest, near: list[tuple[str, float]], prompt_vec: np.ndarray,
+                                prompt_sims: Optional[dict[str, float]] = None) -> list[Candidate]:
+        """The fingerprint neighbours whose prompt passes (``prompt_sims`` when known, else
+        one read of their prompt vectors), nearest picture first; the local comparison
+        decides on every picture."""
+        if not near:
+            return []
+        if prompt_sims is None:
+            prompt_vecs = self.entries.vectors("l2_prompt", [eid for eid, _s in near])
+            prompt_sims = {e: float(np.dot(prompt_vec, v)) for e, v in prompt_vecs.items()}
         cands = []
         for eid, fp in near:
-            pv = prompt_vecs.get(eid)
-            p_sim = float(np.dot(prompt_vec, pv)) if pv is not None else -1.0
+            p_sim = prompt_sims.get(eid, -1.0)
             if p_sim >= self.prompt_threshold:
                 cands.append(Candidate(eid, {"fingerprint": min(1.0, fp), "prompt": min(1.0, p_sim)},
                                        {"fingerprint": float(self.prescreen_threshold),  # type: ignore[arg-type]

@@ -75,3 +75,29 @@ def test_one_picture_asked_many_questions_still_finds_the_same_question(make_eng
         eng.update(CacheRequest(text=q, images=[pic]), q.split()[3])
     hit = eng.lookup(CacheRequest(text="Is there a cat in the picture?", images=[_frame(2)]))
     assert hit is not None and hit.tier == "L2" and hit.payload == "cat"
+
+
+def test_a_copy_of_a_picture_asked_many_questions_is_decided_without_the_image_encoder(make_engine) -> None:
+    # More entries of one picture than a fingerprint query reads: the prompt side names the
+    # entries about this question, their fingerprints are checked, the local comparison decides.
+    eng = _engine(make_engine, l2_prescreen=0.5)
+    pic = _frame(1)
+    questions = [f"Is there a {thing} in the picture?" for thing in
+                 ("cat", "dog", "car", "tree", "house", "boat", "bird", "horse", "train", "chair", "lamp", "clock")]
+    assert len(questions) > L2_QUERY_K
+    for q in questions:
+        eng.update(CacheRequest(text=q, images=[pic]), q.split()[3])
+    eng.flush()
+    tower = eng.encoders.image_tower
+    embedded: list[int] = []
+    orig = tower.embed_images
+    tower.embed_images = lambda pils, digests=None: embedded.append(len(pils)) or orig(pils, digests)
+    copy = pic.resize((90, 90))
+    before = eng.stats()["l2_fingerprint_decided"]
+    hit = eng.lookup(CacheRequest(text="Is there a horse in the picture?", images=[copy]))
+    assert hit is not None and hit.tier == "L2" and hit.payload == "horse"
+    assert "fingerprint" in hit.scores and embedded == []  # no image encoder run on the lookup
+    assert eng.stats()["l2_fingerprint_decided"] == before + 1
+    # a question nobody asked about it: a miss, settled without the encoder as well
+    assert eng.lookup(CacheRequest(text="What is the weather like in Lisbon today?", images=[copy])) is None
+    assert embedded == []

@@ -285,3 +285,35 @@ def test_two_threads_asking_for_one_deferred_vector_run_the_encoder_once() -> No
     second.join(30)
     assert runs == ["writer"]
     assert got["writer"] is got["lookup"]
+
+
+def test_a_pending_pictures_descriptor_does_not_wait_for_its_image_vectors() -> None:
+    # The writer runs the image tower for a pending entry (slow); a lookup that found the
+    # entry by fingerprint needs only its descriptor, computed on its own.
+    import numpy as np
+
+    from mlc_integrations.store.entries import EntryKeys, EntryMeta, NewEntry
+
+    inside, release = threading.Event(), threading.Event()
+
+    def embed_images() -> Any:
+        inside.set()
+        assert release.wait(30)
+        return np.ones((1, 4), dtype=np.float32)
+
+    e = NewEntry(entry_id="e", document='"x"', partitions={"l2_image": ["p"]}, embed_images=embed_images,
+                 describe_images=lambda: ["descriptor"],
+                 meta=EntryMeta(EntryKeys("s", "n", "c", "i", 0), created_at=0.0, last_access=0.0))
+    writer = threading.Thread(target=e.image_vectors, name="writer")
+    writer.start()
+    try:
+        assert inside.wait(30)  # the writer is inside the image tower
+        got: list[Any] = []
+        lookup = threading.Thread(target=lambda: got.append(e.image_descriptors()), name="lookup")
+        lookup.start()
+        lookup.join(5)
+        assert got == [["descriptor"]], "the descriptor waited for the image tower"
+    finally:
+        release.set()
+        writer.join(30)
+    assert e.image_vecs is not None and e.embed_images is None
