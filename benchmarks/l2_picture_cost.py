@@ -65,8 +65,10 @@ def _shares(prof: cProfile.Profile, lookup_total: float) -> dict[str, float]:
     want = {"compare": ("image_change.py", "compare"), "verify": ("image_change.py", "verify"),
             "align": ("image_change.py", "align"), "tower": ("image_towers.py", "embed_images"),
             "chroma query": ("entries.py", "nearest"), "fetch": ("entries.py", "fetch"),
-            "tier lookups (L1 + L2)": ("tiers.py", "lookup"), "image check": ("tiers.py", "_image_check"), "prescreen": ("image_change.py", "prescreen"), "describe": ("image_change.py", "describe"),
-            "decode": ("images.py", "pil")}
+            "tier lookups (L0.5 + L1 + L2)": ("base.py", "lookup"), "image check": ("multimodal.py", "_image_check"),
+            "fingerprint stage": ("multimodal.py", "_fingerprint_stage"),
+            "encoder stage": ("multimodal.py", "_encoder_stage"), "prescreen": ("image_change.py", "prescreen"),
+            "describe": ("image_change.py", "describe"), "decode": ("images.py", "pil")}
     out: dict[str, float] = {}
     for (fn, _line, name), (_cc, _nc, _tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
         for label, (f, n) in want.items():

@@ -341,7 +341,15 @@ class MLCEngine:
             if bad is not None:
                 raise bad
             assert kr is not None
-            trace = self._lookup(kr)
+            pending = self.pending
+            if pending is None:
+                trace = self._lookup(kr)
+            else:
+                pending.lookup_started()  # the background writer holds back meanwhile
+                try:
+                    trace = self._lookup(kr)
+                finally:
+                    pending.lookup_ended()
         except Exception as exc:
             self._stats.incr("misses")
             trace.ms = self._record_latency(t0, None)

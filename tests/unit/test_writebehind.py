@@ -317,3 +317,47 @@ def test_a_pending_pictures_descriptor_does_not_wait_for_its_image_vectors() -> 
         release.set()
         writer.join(30)
     assert e.image_vecs is not None and e.embed_images is None
+
+
+# ---------------------------------------------------------------------- the writer yields to lookups
+def _recording_queue(**kw: Any) -> Any:
+    from mlc_integrations.store.writebehind import PendingEntries
+
+    written = threading.Event()
+    pending = PendingEntries(lambda batch: written.set(), after_write=lambda: None, on_error=lambda e, n: None, **kw)
+    return pending, written
+
+
+def test_the_writer_waits_for_the_running_lookup_then_writes() -> None:
+    pending, written = _recording_queue(max_delay_s=30.0)
+    try:
+        pending.lookup_started()
+        pending.submit(_pending_entry("e1", "p", {}))
+        assert not written.wait(0.3), "wrote while a lookup was reading the store"
+        assert pending.get("e1") is not None  # ... and the entry stays visible meanwhile
+        pending.lookup_ended()
+        assert written.wait(10), "the write did not follow the lookup"
+    finally:
+        pending.close()
+
+
+def test_no_entry_waits_longer_than_the_delay_bound_for_a_quiet_moment() -> None:
+    pending, written = _recording_queue(max_delay_s=0.2)
+    try:
+        pending.lookup_started()  # a lookup that never ends (or lookups back to back)
+        pending.submit(_pending_entry("e1", "p", {}))
+        assert written.wait(10)
+    finally:
+        pending.lookup_ended()
+        pending.close()
+
+
+def test_drain_writes_at_once_even_during_a_lookup() -> None:
+    pending, written = _recording_queue(max_delay_s=30.0)
+    try:
+        pending.lookup_started()
+        pending.submit(_pending_entry("e1", "p", {}))
+        assert pending.drain(10) and written.is_set()
+    finally:
+        pending.lookup_ended()
+        pending.close()
