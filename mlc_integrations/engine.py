@@ -349,7 +349,7 @@ class MLCEngine:
                 try:
                     trace = self._lookup(kr)
                 finally:
-                    pending.lookup_ended()
+                    pending.lookup_ended(missed=trace.hit is None)
         except Exception as exc:
             self._stats.incr("misses")
             trace.ms = self._record_latency(t0, None)

@@ -7,11 +7,13 @@ per round and writes each tier once for all of them (response rows first, vector
 as a single update does). The queue is bounded: when ``max_pending`` entries wait,
 ``update()`` blocks until the writer catches up (back-pressure, never unbounded memory).
 
-The writer yields to lookups: a batch starts when no lookup has run for ``quiet_s``
-(a storage write makes every concurrent Chroma query wait: an embedded query took 2.0 ms
-alone and 8.0 ms with one entry written every 50 ms beside it), or when the oldest entry
-has waited ``max_delay_s``, or the batch is full, or someone drains. So in a stream the
-writes go where the caller waits for its model, not where it waits for the cache.
+The writer yields to lookups (a storage write makes every concurrent Chroma query wait:
+an embedded query took 2.0 ms alone and 8.0 ms with one entry written every 50 ms beside
+it). A batch starts when a lookup has missed since its oldest entry arrived (the caller is
+now calling its model, which takes far longer than the write), when no lookup has run for
+``quiet_s``, when the oldest entry has waited ``max_delay_s``, when the batch is full, or
+when someone drains. So in a stream the writes go where the caller waits for its model,
+not where it waits for the cache.
 
 A crash loses at most the pending window (entries acknowledged but not yet written, at
 most ``max_delay_s`` old unless the store is slower); ``durable=True`` on the engine writes
@@ -35,7 +37,7 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MAX_PENDING = 256
 DEFAULT_BATCH = 32
-DEFAULT_QUIET_S = 0.003  # no lookup for this long: the caller is elsewhere (its model call)
+DEFAULT_QUIET_S = 0.05  # no lookup for this long: the caller is doing something else
 DEFAULT_MAX_DELAY_S = 0.25  # ... but no entry waits longer than this for a quiet moment
 
 
@@ -53,6 +55,7 @@ class PendingEntries:
         self._monotonic = monotonic
         self._lookups = 0  # lookups running now
         self._last_lookup = -1e18  # when the last one ended
+        self._last_miss = -1e18  # when the last one ended in a miss
         self._queued_at: dict[str, float] = {}  # entry id -> when it was first queued
         self._draining = 0
         self._write = write
@@ -121,10 +124,13 @@ class PendingEntries:
         with self._cond:
             self._lookups += 1
 
-    def lookup_ended(self) -> None:
+    def lookup_ended(self, missed: bool) -> None:
+        """``missed``: the lookup found nothing, so its caller is calling the model now."""
         with self._cond:
             self._lookups -= 1
             self._last_lookup = self._monotonic()
+            if missed:
+                self._last_miss = self._last_lookup
             if not self._lookups and self._queue:
                 self._cond.notify_all()
 
@@ -173,6 +179,8 @@ class PendingEntries:
             return 0.0
         if self._lookups:
             return left  # lookup_ended() wakes the writer
+        if self._last_miss >= oldest:
+            return 0.0
         quiet = self._last_lookup + self.quiet_s - now
         return min(left, quiet) if quiet > 0 else 0.0
 

@@ -335,8 +335,22 @@ def test_the_writer_waits_for_the_running_lookup_then_writes() -> None:
         pending.submit(_pending_entry("e1", "p", {}))
         assert not written.wait(0.3), "wrote while a lookup was reading the store"
         assert pending.get("e1") is not None  # ... and the entry stays visible meanwhile
-        pending.lookup_ended()
+        pending.lookup_ended(missed=False)
         assert written.wait(10), "the write did not follow the lookup"
+    finally:
+        pending.close()
+
+
+def test_a_miss_lets_the_writer_write_while_its_caller_calls_the_model() -> None:
+    pending, written = _recording_queue(max_delay_s=30.0, quiet_s=30.0)
+    try:
+        pending.submit(_pending_entry("e1", "p", {}))
+        pending.lookup_started()  # the next request's lookup, right after the update
+        pending.lookup_ended(missed=False)  # a hit: the caller goes on at once
+        assert not written.wait(0.3), "wrote between two lookups of a busy caller"
+        pending.lookup_started()
+        pending.lookup_ended(missed=True)  # a miss: the caller now waits for its model
+        assert written.wait(10)
     finally:
         pending.close()
 
@@ -348,7 +362,7 @@ def test_no_entry_waits_longer_than_the_delay_bound_for_a_quiet_moment() -> None
         pending.submit(_pending_entry("e1", "p", {}))
         assert written.wait(10)
     finally:
-        pending.lookup_ended()
+        pending.lookup_ended(missed=False)
         pending.close()
 
 
@@ -359,5 +373,5 @@ def test_drain_writes_at_once_even_during_a_lookup() -> None:
         pending.submit(_pending_entry("e1", "p", {}))
         assert pending.drain(10) and written.is_set()
     finally:
-        pending.lookup_ended()
+        pending.lookup_ended(missed=False)
         pending.close()
