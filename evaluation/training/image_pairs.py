@@ -651,10 +651,17 @@ def evqa_pairs(split_name: str, pictures: Sequence[Any], seed: int, label_split:
     return out
 
 
+# Extra draws of every jitter and small edit on the same train-side photos (another seed
+# each): the first draw holds only ~3 reused edits >= 2 % per half, too few to tell a
+# low-contrast edit from a benign copy with.
+EXTRA_DRAWS = 3
+
+
 def calibration_pairs(pics: dict[str, Image.Image], group: dict[str, str], train: Sequence[str],
-                      n_evqa: int = 300) -> list[Pair]:
+                      n_evqa: int = 300, extra_draws: int = EXTRA_DRAWS) -> list[Pair]:
     """Train-side pairs (jitter, drift, small edits, different pictures, easy-vqa train),
-    labelled ``split`` "cal" or "val" by group (CAL_SEED)."""
+    labelled ``split`` "cal" or "val" by group (CAL_SEED); ``extra_draws`` more draws of
+    the jitter and the small edits of each train photo (seeds ``CAL_SEED:name:draw``)."""
     from ..sources.easyvqa import load_split
 
     groups = sorted({group[n] for n in train})
@@ -671,6 +678,13 @@ def calibration_pairs(pics: dict[str, Image.Image], group: dict[str, str], train
             pairs.append(Pair(n, side[n], "benign", k, what, 0.0, im, new))
         donors = [pics[m] for m in train if m != n and side[m] == side[n]]
         pairs += small_edits(n, im, donors, side[n], r, g)
+        for draw in range(1, extra_draws + 1):
+            r = random.Random(f"{CAL_SEED}:{n}:{draw}")
+            g = np.random.default_rng(r.randrange(2**32))
+            for k, fn in JITTER.items():
+                new, what = fn(im, r, g)
+                pairs.append(Pair(n, side[n], "benign", k, what, 0.0, im, new))
+            pairs += small_edits(n, im, donors, side[n], r, g)
     names = sorted(train)
     related = {frozenset(p): k for k, ps in RELATED.items() for p in ps}
     for a, b in itertools.combinations(names, 2):
