@@ -431,6 +431,9 @@ CHROMA_MIN = 0.06  # colour difference (opponent channels, 0..1) the early refus
 CHROMA_FLOOR = 0.03
 CHROMA_EDGE_TOLERANCE = 0.25
 EDGE_TOLERANCE = 0.25  # share of the local 3x3 grey range added to the threshold
+BRIGHT = 0.8  # grey level (0..1) from which a pixel may clip under an exposure step
+DARK_ABS_MIN = 0.04  # ABS_MIN where neither picture is bright (~10 of 255 levels) ...
+DARK_NOISE_FLOOR = 0.01  # ... and NOISE_FLOOR there (both chosen on the train side's cal/val pairs)
 CELL_CHANGED = 0.2  # a cell whose share of changed pixels reaches this is a changed cell
 
 
@@ -511,7 +514,13 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor, alignment: Optional[A
     rep.noise = noise
     # At an edge, half a pixel of residual misalignment or interpolation blur moves grey
     # levels by a share of the local contrast: the threshold grows with it there.
-    thr = max(ABS_MIN, NOISE_MULT * max(noise, NOISE_FLOOR)) + EDGE_TOLERANCE * np.maximum(_local_range(a_s), _local_range(b_s))
+    # Below BRIGHT in both pictures nothing clips, and a clean pair is held to the lower floor
+    # (a low-contrast paste moves grey levels by 10-20 of 255); where either is bright, an
+    # exposure step clips highlights, which the global gain does not undo: the old floor there.
+    dark = (a_s < BRIGHT) & (_blur(np.clip(bw, 0.0, 1.0)) < BRIGHT)
+    floor = np.where(dark, max(DARK_ABS_MIN, NOISE_MULT * max(noise, DARK_NOISE_FLOOR)),
+                     max(ABS_MIN, NOISE_MULT * max(noise, NOISE_FLOOR)))
+    thr = floor + EDGE_TOLERANCE * np.maximum(_local_range(a_s), _local_range(b_s))
     changed = (d > thr) & valid
     # Colour: the opponent maps, new warped likewise, matched by a global offset per channel.
     k = n // CHROMA_SIDE
