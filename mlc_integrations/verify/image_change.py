@@ -332,15 +332,6 @@ def _neighbourhood_range(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def _interval_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """For each pixel: how far a(x) lies outside [min, max] of b over x's 3x3 neighbourhood.
-
-    A sub-pixel shift or a blur makes each value a blend of its neighbours', which lies in
-    that interval; a new colour does not (unless it was already next door)."""
-    lo, hi = _neighbourhood_range(b)
-    return np.maximum(np.maximum(lo - a, a - hi), 0.0)
-
-
 def _local_range(x: np.ndarray) -> np.ndarray:
     """max - min over each pixel's 3x3 neighbourhood."""
     lo, hi = _neighbourhood_range(x)
@@ -537,6 +528,8 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor, alignment: Optional[A
             cwn = gc * cw + oc
             # The colour map is 4x coarser than the grey one: a residual shift of a quarter grey
             # pixel blends colours across an edge there; a blend of neighbours is not a change.
+            # So each colour is measured against [min, max] of the other map over its 3x3
+            # neighbourhood (a blend lies inside; a new colour does not, unless already next door).
             lo_a, hi_a = _neighbourhood_range(ca[ch])
             lo_b, hi_b = _neighbourhood_range(cwn)
             outside = np.maximum(np.maximum(np.maximum(lo_b - ca[ch], ca[ch] - hi_b), np.maximum(lo_a - cwn, cwn - hi_a)), 0.0)
