@@ -651,10 +651,17 @@ def evqa_pairs(split_name: str, pictures: Sequence[Any], seed: int, label_split:
     return out
 
 
+# Extra draws of every jitter and small edit on the same train-side photos (another seed
+# each): the first draw holds only ~3 reused edits >= 2 % per half, too few to tell a
+# low-contrast edit from a benign copy with.
+EXTRA_DRAWS = 3
+
+
 def calibration_pairs(pics: dict[str, Image.Image], group: dict[str, str], train: Sequence[str],
-                      n_evqa: int = 300) -> list[Pair]:
+                      n_evqa: int = 300, extra_draws: int = EXTRA_DRAWS) -> list[Pair]:
     """Train-side pairs (jitter, drift, small edits, different pictures, easy-vqa train),
-    labelled ``split`` "cal" or "val" by group (CAL_SEED)."""
+    labelled ``split`` "cal" or "val" by group (CAL_SEED); ``extra_draws`` more draws of
+    the jitter and the small edits of each train photo (seeds ``CAL_SEED:name:draw``)."""
     from ..sources.easyvqa import load_split
 
     groups = sorted({group[n] for n in train})
@@ -671,6 +678,13 @@ def calibration_pairs(pics: dict[str, Image.Image], group: dict[str, str], train
             pairs.append(Pair(n, side[n], "benign", k, what, 0.0, im, new))
         donors = [pics[m] for m in train if m != n and side[m] == side[n]]
         pairs += small_edits(n, im, donors, side[n], r, g)
+        for draw in range(1, extra_draws + 1):
+            r = random.Random(f"{CAL_SEED}:{n}:{draw}")
+            g = np.random.default_rng(r.randrange(2**32))
+            for k, fn in JITTER.items():
+                new, what = fn(im, r, g)
+                pairs.append(Pair(n, side[n], "benign", k, what, 0.0, im, new))
+            pairs += small_edits(n, im, donors, side[n], r, g)
     names = sorted(train)
     related = {frozenset(p): k for k, ps in RELATED.items() for p in ps}
     for a, b in itertools.combinations(names, 2):
@@ -873,10 +887,16 @@ def bars(rule: ImageChangeRule, rows: Sequence[dict[str, Any]], tau: float) -> d
     return out
 
 
-def _violation(b: dict[str, dict[str, Any]]) -> float:
+# The calibration holds the reuse bars of edits and recolours at this share of the bar on the
+# train side: the held-out checks reused 2-4 x more edits than the train side did (v2: edits
+# 2-3 % 3.2 % held-out against 0.8 % / 0 % on cal / val), so a rule at the bar on train fails it.
+BAR_MARGIN = 0.5
+
+
+def _violation(b: dict[str, dict[str, Any]], margin: float = 1.0) -> float:
     lim = {"easy-vqa shape in another colour (<= 2 %)": 0.02, "edits 1-1.5 % (<= 5 %)": 0.05,
            "edits 2-3 % (<= 2 %)": 0.02, "edits >= 3 % (<= 1 %)": 0.01, "different pictures (0)": 0.0}
-    return sum(max(0.0, b[k]["rate"] - v) for k, v in lim.items() if b[k]["n"])
+    return sum(max(0.0, b[k]["rate"] - margin * v) for k, v in lim.items() if b[k]["n"])
 
 
 def _benefit(b: dict[str, dict[str, Any]]) -> float:
@@ -886,8 +906,8 @@ def _benefit(b: dict[str, dict[str, Any]]) -> float:
 def calibrate_staged(rows: Sequence[dict[str, Any]], top: int = 40) -> tuple[ImageChangeRule, float, dict[str, Any]]:
     """Early bounds from the calibration half's benign pairs (x EARLY_MARGIN); the grid
     point (rule, tau) chosen in two steps: the ``top`` best on the calibration half
-    (fewest bar violations, then most benign reuse), then the best of those on the
-    validation half (same order)."""
+    (fewest bar violations, then most benign reuse; ties with the last included), then the best of those on the
+    validation half (same order). A reuse bar counts as violated past ``BAR_MARGIN`` of it."""
     cal = [r for r in rows if r["split"] == "cal"]
     val = [r for r in rows if r["split"] == "val"]
     ben = [r for r in cal if r["label"] == "benign"]
@@ -899,14 +919,17 @@ def calibrate_staged(rows: Sequence[dict[str, Any]], top: int = 40) -> tuple[Ima
         for values in itertools.product(*GRID2.values()):
             rule = ImageChangeRule(**dict(zip(GRID2, values)), **early, source="calibrated")
             b = bars(rule, cal, tau)
-            scored.append((-_violation(b), _benefit(b), -tau, rule, tau))
+            scored.append((-_violation(b, BAR_MARGIN), _benefit(b), -tau, rule, tau))
     scored.sort(key=lambda x: x[:3], reverse=True)
-    shortlist = scored[:top]
-    best = max(shortlist, key=lambda s: (-_violation(bars(s[3], val, s[4])), _benefit(bars(s[3], val, s[4])), s[0], s[1]))
+    # Every point tied with the ``top``-th on the calibration half goes on (a cut inside a tie
+    # kept whichever tied points the grid happened to list first).
+    shortlist = [s for s in scored if s[:3] >= scored[min(top, len(scored)) - 1][:3]]
+    best = max(shortlist, key=lambda s: (-_violation(bars(s[3], val, s[4]), BAR_MARGIN), _benefit(bars(s[3], val, s[4])),
+                                         s[0], s[1]))
     rule, tau = best[3], best[4]
     return rule, tau, {"early_from_cal_benign_max": {"grey": gmax, "colour": cmax}, "margin": EARLY_MARGIN,
                        "cal": bars(rule, cal, tau), "val": bars(rule, val, tau), "tau": tau,
-                       "shortlist": len(shortlist), "grid": len(scored)}
+                       "shortlist": len(shortlist), "grid": len(scored), "bar_margin": BAR_MARGIN}
 
 
 def main_staged(argv: Optional[Sequence[str]] = None) -> int:

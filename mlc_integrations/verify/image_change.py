@@ -332,15 +332,6 @@ def _neighbourhood_range(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lo, hi
 
 
-def _interval_diff(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """For each pixel: how far a(x) lies outside [min, max] of b over x's 3x3 neighbourhood.
-
-    A sub-pixel shift or a blur makes each value a blend of its neighbours', which lies in
-    that interval; a new colour does not (unless it was already next door)."""
-    lo, hi = _neighbourhood_range(b)
-    return np.maximum(np.maximum(lo - a, a - hi), 0.0)
-
-
 def _local_range(x: np.ndarray) -> np.ndarray:
     """max - min over each pixel's 3x3 neighbourhood."""
     lo, hi = _neighbourhood_range(x)
@@ -420,8 +411,20 @@ def _largest_region(mask: np.ndarray) -> tuple[int, tuple[float, float]]:
 NOISE_FLOOR = 0.02  # residual noise below this is treated as this (clean pictures)
 NOISE_MULT = 4.0  # a pixel changed when its tolerant difference exceeds this many noise levels
 ABS_MIN = 0.07  # ... and at least this much of the grey scale (~18 of 255 levels)
-CHROMA_MIN = 0.06  # colour difference (opponent channels, 0..1) that counts as a colour change
+CHROMA_MIN = 0.06  # colour difference (opponent channels, 0..1) the early refusal counts as a colour change
+# The change map's colour test: a colour differs when it lies outside the other picture's 3x3
+# neighbourhood interval by more than CHROMA_FLOOR plus CHROMA_EDGE_TOLERANCE x the width of
+# the wider of the two intervals (either channel). Flat colour (a grey picture, a wall) is held
+# to 0.03: a saturated hue laid over a region at a quarter of full brightness moves the opponent
+# channels ~15 of 255 levels (0.059), under the old flat 0.06. At a colour edge the bound grows
+# (a crop or rotation resamples the 4x coarser colour map there). Chosen on the train side's
+# calibration and validation pairs (python -m evaluation.training.image_pairs staged).
+CHROMA_FLOOR = 0.03
+CHROMA_EDGE_TOLERANCE = 0.25
 EDGE_TOLERANCE = 0.25  # share of the local 3x3 grey range added to the threshold
+BRIGHT = 0.8  # grey level (0..1) from which a pixel may clip under an exposure step
+DARK_ABS_MIN = 0.04  # ABS_MIN where neither picture is bright (~10 of 255 levels) ...
+DARK_NOISE_FLOOR = 0.01  # ... and NOISE_FLOOR there (both chosen on the train side's cal/val pairs)
 CELL_CHANGED = 0.2  # a cell whose share of changed pixels reaches this is a changed cell
 
 
@@ -502,7 +505,13 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor, alignment: Optional[A
     rep.noise = noise
     # At an edge, half a pixel of residual misalignment or interpolation blur moves grey
     # levels by a share of the local contrast: the threshold grows with it there.
-    thr = max(ABS_MIN, NOISE_MULT * max(noise, NOISE_FLOOR)) + EDGE_TOLERANCE * np.maximum(_local_range(a_s), _local_range(b_s))
+    # Below BRIGHT in both pictures nothing clips, and a clean pair is held to the lower floor
+    # (a low-contrast paste moves grey levels by 10-20 of 255); where either is bright, an
+    # exposure step clips highlights, which the global gain does not undo: the old floor there.
+    dark = (a_s < BRIGHT) & (_blur(np.clip(bw, 0.0, 1.0)) < BRIGHT)
+    floor = np.where(dark, max(DARK_ABS_MIN, NOISE_MULT * max(noise, DARK_NOISE_FLOOR)),
+                     max(ABS_MIN, NOISE_MULT * max(noise, NOISE_FLOOR)))
+    thr = floor + EDGE_TOLERANCE * np.maximum(_local_range(a_s), _local_range(b_s))
     changed = (d > thr) & valid
     # Colour: the opponent maps, new warped likewise, matched by a global offset per channel.
     k = n // CHROMA_SIDE
@@ -512,14 +521,21 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor, alignment: Optional[A
     colour = np.zeros((CHROMA_SIDE, CHROMA_SIDE), bool)
     if vsmall.any():
         cdiff = np.zeros((CHROMA_SIDE, CHROMA_SIDE), np.float32)
+        width = np.zeros((CHROMA_SIDE, CHROMA_SIDE), np.float32)
         for ch in range(2):
             cw = _warp(cb[ch], al.scale, al.dx / k, al.dy / k, fill=0.5, angle=al.angle)
             gc, oc = _robust_affine(cw[vsmall], ca[ch][vsmall], gains=(0.8, 1.25))
             cwn = gc * cw + oc
             # The colour map is 4x coarser than the grey one: a residual shift of a quarter grey
             # pixel blends colours across an edge there; a blend of neighbours is not a change.
-            cdiff = np.maximum(cdiff, np.maximum(_interval_diff(ca[ch], cwn), _interval_diff(cwn, ca[ch])))
-        colour = (cdiff > CHROMA_MIN) & vsmall
+            # So each colour is measured against [min, max] of the other map over its 3x3
+            # neighbourhood (a blend lies inside; a new colour does not, unless already next door).
+            lo_a, hi_a = _neighbourhood_range(ca[ch])
+            lo_b, hi_b = _neighbourhood_range(cwn)
+            outside = np.maximum(np.maximum(np.maximum(lo_b - ca[ch], ca[ch] - hi_b), np.maximum(lo_a - cwn, cwn - hi_a)), 0.0)
+            np.maximum(cdiff, outside, out=cdiff)
+            np.maximum(width, np.maximum(hi_a - lo_a, hi_b - lo_b), out=width)
+        colour = (cdiff > CHROMA_FLOOR + CHROMA_EDGE_TOLERANCE * width) & vsmall
         rep.colour_area = float(colour.sum() / max(1, vsmall.sum()))
         changed |= np.kron(colour, np.ones((k, k), bool)) & valid
     # Isolated changed pixels (noise, a JPEG block edge) do not count: a changed pixel needs a changed 4-neighbour.

@@ -412,3 +412,46 @@ def test_past_the_budget_the_remaining_candidates_are_refused_unread(astronaut) 
     hits = list(ver.accepted([("a", [stored]), ("b", [stored])], [new], refused=refused))
     assert [k for k, _ in hits] == ["a"]
     assert [(k, v.reason) for k, v in refused] == [("b", "budget")]
+
+
+# ---------------------------------------------------------------------------- low-contrast edits
+def _faint_disk(im: Image.Image, frac: float, at: tuple[float, float], delta: float) -> Image.Image:
+    """A disk covering ``frac`` of ``im`` made ``delta`` grey levels brighter (a low-contrast change)."""
+    w, h = im.size
+    s = int(round((frac * w * h * 4 / np.pi) ** 0.5))
+    x0, y0 = int(at[0] * (w - s)), int(at[1] * (h - s))
+    a = np.asarray(im).astype(np.float32).copy()
+    yy, xx = np.mgrid[:s, :s]
+    disk = (yy - (s - 1) / 2) ** 2 + (xx - (s - 1) / 2) ** 2 <= ((s - 1) / 2) ** 2
+    a[y0:y0 + s, x0:x0 + s][disk] += delta
+    return Image.fromarray(np.clip(a, 0, 255).round().astype(np.uint8))
+
+
+def test_a_disk_14_levels_brighter_over_3_percent_of_a_grey_picture_is_refused(verifier) -> None:
+    # Under the old grey floor (0.08 of the scale, 20 levels) this change was reused.
+    camera = _picture("camera")
+    v = _verdict(verifier, camera, _faint_disk(camera, 0.03, (0.2, 0.8), 14))
+    assert not v.accept, v.detail
+    assert "bottom-left" in v.detail
+
+
+@pytest.mark.parametrize("factor", [0.85, 1.12, 1.15])
+def test_an_exposure_step_that_clips_the_sky_of_a_grey_picture_is_reused(verifier, factor) -> None:
+    # Bright pixels keep the old grey floor: a highlight clipped at 255 is not a change.
+    camera = _picture("camera")
+    a = np.clip(np.asarray(camera).astype(np.float32) * factor, 0, 255).round().astype(np.uint8)
+    v = _verdict(verifier, camera, Image.fromarray(a))
+    assert v.accept, v.detail
+
+
+def test_a_flat_grey_region_given_a_dark_saturated_hue_is_a_colour_change() -> None:
+    # A grey picture whose dark half (grey 41) gets a red square of 4 % of the picture at the
+    # same grey level (RGB 60/33/33: value 0.24, saturation 0.45): red-green moves 13.5 of 255
+    # levels, under the old flat colour threshold of 0.06 (15.3 levels), and grey not at all.
+    a = np.full((192, 192, 3), 160, np.uint8)
+    a[:, :96] = 41
+    b = a.copy()
+    b[60:100, 20:60] = (60, 33, 33)
+    rep = compare(describe(Image.fromarray(a)), describe(Image.fromarray(b)))
+    assert rep.colour_area > 0.02
+    assert not ImageChangeRule.load().decide(rep).accept
