@@ -47,7 +47,7 @@ import struct
 import zlib
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Optional, Sequence, Union
+from typing import Any, Optional, Union
 
 import numpy as np
 from PIL import Image
@@ -792,13 +792,20 @@ def judge(stored: ImageDescriptor, new: ImageDescriptor, rule: ImageChangeRule,
     return v2 if v2.accept or al2.peak > al1.peak else v1
 
 
+# Full comparisons per lookup. Candidates come nearest first (by pixel fingerprint, then by
+# the encoder's embedding), so the picture that matches is nearly always the first compared:
+# on the demo's three streams and benchmarks/l2_picture_cost.py, 2 and 4 reuse the same
+# requests, and 2 halves what a miss among look-alike pictures costs (docs/image-change.md).
+DEFAULT_COMPARISONS = 2
+
+
 @dataclass
 class ComparisonBudget:
     """Full comparisons (alignment + change map) one lookup may spend; an early refusal is
     free. Counts, not milliseconds: the same request is decided the same way on a busy
     machine. One per lookup (the tier keeps it in the request's scratch)."""
 
-    limit: int = 4
+    limit: int = DEFAULT_COMPARISONS
     used: int = 0
 
     def spend(self) -> bool:
@@ -818,7 +825,7 @@ class ImageChangeVerifier:
     """
 
     def __init__(self, rule: Optional[ImageChangeRule] = None, missing: str = "refuse",
-                 comparisons_per_lookup: int = 4) -> None:
+                 comparisons_per_lookup: int = DEFAULT_COMPARISONS) -> None:
         if missing not in ("refuse", "accept"):
             raise ValueError("missing must be 'refuse' or 'accept'")
         self.rule = rule if rule is not None else ImageChangeRule.load()
@@ -846,32 +853,6 @@ class ImageChangeVerifier:
                 _PARSED.put(stored, parsed)
             stored = parsed
         return judge(stored, new, self.rule, budget)
-
-    def accepted(self, candidates: Iterable[tuple[str, Sequence[Union[str, bytes, ImageDescriptor, None]]]],
-                 news: Sequence[ImageDescriptor], budget: Optional[ComparisonBudget] = None,
-                 refused: Optional[list[tuple[str, ImageVerdict]]] = None,
-                 missing_why: str = "the stored picture has no image-change evidence"
-                 ) -> Iterator[tuple[str, ImageVerdict]]:
-        """The candidates (best first: ``(key, stored descriptor per request picture)``)
-        whose every picture passes, lazily: a candidate is compared only when the caller
-        asks for the next one, so a caller that stops at the first accepted candidate
-        (whose entry it then fetches and whose text it then verifies) compares no more.
-        Refused candidates are appended to ``refused`` with their verdict (the first
-        refusing picture's). One ``budget`` per lookup (default: a fresh
-        :meth:`budget`); once spent, the remaining candidates are refused unread."""
-        budget = self.budget() if budget is None else budget
-        for key, stored in candidates:
-            verdict: Optional[ImageVerdict] = None
-            for st, new in zip(stored, news):
-                verdict = self.verify(st, new, missing_why, budget=budget)
-                if not verdict.accept:
-                    break
-            if verdict is None:
-                continue
-            if verdict.accept:
-                yield key, verdict
-            elif refused is not None:
-                refused.append((key, verdict))
 
 
 _PARSED: "LRU[Union[str, bytes], ImageDescriptor]" = LRU(1024)

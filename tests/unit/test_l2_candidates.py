@@ -24,6 +24,22 @@ def _frame(i: int) -> Image.Image:
     return Image.fromarray(base)
 
 
+def _street(i: int) -> Image.Image:
+    """One street scene (blocks of colour, 96 px) with another object in the middle for each ``i``."""
+    rng = np.random.default_rng(0)
+    base = np.kron(rng.integers(0, 255, (12, 12, 3), dtype=np.uint8), np.ones((8, 8, 1), dtype=np.uint8))
+    base[40:56, 40:56] = (i * 37) % 255
+    return Image.fromarray(base)
+
+
+def _jpeg(im: Image.Image) -> Image.Image:
+    import io
+
+    buf = io.BytesIO()
+    im.save(buf, "JPEG", quality=90)
+    return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
+
+
 def _engine(make_engine, l2_prescreen=None, **kw):
     # Every stored picture passes the global threshold (-1): the worst case for the read volume.
     return make_engine(durable=True, l2_image_threshold=-1.0, l2_prompt_threshold=0.9,
@@ -81,7 +97,7 @@ def test_a_copy_of_a_picture_asked_many_questions_is_decided_without_the_image_e
     # More entries of one picture than a fingerprint query reads: the prompt side names the
     # entries about this question, their fingerprints are checked, the local comparison decides.
     eng = _engine(make_engine, l2_prescreen=0.5)
-    pic = _frame(1)
+    pic = _street(1)
     questions = [f"Is there a {thing} in the picture?" for thing in
                  ("cat", "dog", "car", "tree", "house", "boat", "bird", "horse", "train", "chair", "lamp", "clock")]
     assert len(questions) > L2_QUERY_K
@@ -92,7 +108,7 @@ def test_a_copy_of_a_picture_asked_many_questions_is_decided_without_the_image_e
     embedded: list[int] = []
     orig = tower.embed_images
     tower.embed_images = lambda pils, digests=None: embedded.append(len(pils)) or orig(pils, digests)
-    copy = pic.resize((90, 90))
+    copy = _jpeg(pic)
     before = eng.stats()["l2_fingerprint_decided"]
     hit = eng.lookup(CacheRequest(text="Is there a horse in the picture?", images=[copy]))
     assert hit is not None and hit.tier == "L2" and hit.payload == "horse"
@@ -101,3 +117,35 @@ def test_a_copy_of_a_picture_asked_many_questions_is_decided_without_the_image_e
     # a question nobody asked about it: a miss, settled without the encoder as well
     assert eng.lookup(CacheRequest(text="What is the weather like in Lisbon today?", images=[copy])) is None
     assert embedded == []
+
+
+
+
+def test_candidates_are_compared_nearest_first_and_the_first_accepted_ends_the_lookup(make_engine) -> None:
+    eng = _engine(make_engine, l2_prescreen=0.5)
+    for i in (1, 3, 6):  # three frames, each with another object in the middle
+        eng.update(CacheRequest(text="How many people are in the street?", images=[_street(i)]), f"{i} people")
+    eng.flush()
+    lk = eng.lookup_explained(CacheRequest(text="How many people are in the street?", images=[_jpeg(_street(3))]))
+    assert lk.hit is not None and lk.hit.payload == "3 people" and "fingerprint" in lk.hit.scores
+    # the copy of frame 3 is the nearest fingerprint: compared first, accepted, nothing else compared
+    st = eng.stats()
+    assert st["l2_image_compared"] == 1 and st["l2_image_refused"] == 0
+
+
+def test_past_the_budget_candidates_are_refused_unread(make_engine) -> None:
+    from mlc_integrations.verify.image_change import ImageChangeVerifier
+
+    eng = _engine(make_engine, l2_prescreen=0.5, image_verifier=ImageChangeVerifier(comparisons_per_lookup=1))
+    for i in (1, 3, 6):
+        eng.update(CacheRequest(text="How many people are in the street?", images=[_street(i)]), f"{i} people")
+    eng.flush()
+    reads: list[int] = []
+    orig = eng.entries.image_descriptors
+    eng.entries.image_descriptors = lambda rows: reads.append(len(rows)) or orig(rows)
+    lk = eng.lookup_explained(CacheRequest(text="How many people are in the street?", images=[_street(5)]))
+    assert lk.hit is None and lk.refused is not None
+    assert "changed" in lk.refused.detail, lk.refused.detail  # the compared one: the object in the middle
+    st = eng.stats()
+    assert st["l2_image_compared"] == 1 and st["l2_image_refused"] == 3  # two refused as "not compared" ...
+    assert reads == [1]  # ... without reading their stored evidence
