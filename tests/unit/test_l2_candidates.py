@@ -81,14 +81,20 @@ def test_a_lookup_reads_at_most_the_best_few_rows_however_many_frames_pass(make_
     assert len(reads) <= (4 if fingerprints is None else 6), reads
 
 
+QUESTIONS = [f"Is there a {thing} in the picture?" for thing in
+             ("cat", "dog", "car", "tree", "house", "boat", "bird", "horse", "train", "chair", "lamp", "clock")]
+
+
+def _ask_many_questions_about(eng, pic: Image.Image) -> None:
+    """More entries about one picture than one L2 query reads, the answer the question's noun."""
+    assert len(QUESTIONS) > L2_QUERY_K
+    for q in QUESTIONS:
+        eng.update(CacheRequest(text=q, images=[pic]), q.split()[3])
+
+
 def test_one_picture_asked_many_questions_still_finds_the_same_question(make_engine) -> None:
     eng = _engine(make_engine, image_verifier=None)
-    pic = _frame(1)
-    questions = [f"Is there a {thing} in the picture?" for thing in
-                 ("cat", "dog", "car", "tree", "house", "boat", "bird", "horse", "train", "chair", "lamp", "clock")]
-    assert len(questions) > L2_QUERY_K
-    for q in questions:
-        eng.update(CacheRequest(text=q, images=[pic]), q.split()[3])
+    _ask_many_questions_about(eng, _frame(1))
     hit = eng.lookup(CacheRequest(text="Is there a cat in the picture?", images=[_frame(2)]))
     assert hit is not None and hit.tier == "L2" and hit.payload == "cat"
 
@@ -98,11 +104,7 @@ def test_a_copy_of_a_picture_asked_many_questions_is_decided_without_the_image_e
     # entries about this question, their fingerprints are checked, the local comparison decides.
     eng = _engine(make_engine, l2_prescreen=0.5)
     pic = _street(1)
-    questions = [f"Is there a {thing} in the picture?" for thing in
-                 ("cat", "dog", "car", "tree", "house", "boat", "bird", "horse", "train", "chair", "lamp", "clock")]
-    assert len(questions) > L2_QUERY_K
-    for q in questions:
-        eng.update(CacheRequest(text=q, images=[pic]), q.split()[3])
+    _ask_many_questions_about(eng, pic)
     eng.flush()
     tower = eng.encoders.image_tower
     embedded: list[int] = []
