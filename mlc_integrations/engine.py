@@ -178,7 +178,8 @@ class MLCEngine:
         evidence = tiers.image_evidence
         if evidence == "auto":  # where the cache lives: at rest unless the whole cache is in memory
             evidence = "memory" if self.store.mode == "ephemeral" else "store"
-        self.entries = EntryStore(self.store, self._stats, on_deleted=self._forget, image_evidence=evidence)
+        self.entries = EntryStore(self.store, self._stats, on_deleted=self._forget, image_evidence=evidence,
+                                  sole_writer=self._sole_writer)
         self.eviction = Eviction(self.entries, self._stats, clock, max_entries=max_entries,
                                  policy=storage.eviction_policy)
         if not self.durable:
@@ -240,6 +241,13 @@ class MLCEngine:
     l2_status = property(lambda self: self.encoders.l2_status)
     text_embedder: TextEmbedder = property(lambda self: self.encoders.text_embedder)  # type: ignore[assignment]
     image_tower: Optional[ImageEncoder] = property(lambda self: self.encoders.image_tower)  # type: ignore[assignment]
+
+    def _sole_writer(self) -> bool:
+        """Whether no one else writes this engine's collections: an in-memory store (its own
+        collections), or a directory no other engine of this process has opened meanwhile."""
+        if self.store.mode == "ephemeral":
+            return True
+        return self._dir_lock is not None and self._dir_lock.sole_holder()
 
     @property
     def storage_mode(self) -> str:
@@ -463,6 +471,7 @@ class MLCEngine:
                                    l2=self.enable_l2 and self._l2_applicable(kr),
                                    defer_images=self.pending is not None)
         self.eviction.access.touch(kr.entry_id, now)
+        self.entries.census.add(kr.images_key)  # before the entry is visible to any lookup
         if self.pending is not None:
             self.pending.submit(entry)
         else:

@@ -24,6 +24,7 @@ LOCK_NAME = ".mlc.lock"
 
 _lock = threading.Lock()
 _held: dict[str, list[int]] = {}  # real path -> [fd, number of engines holding it]
+_shared: set[str] = set()  # real paths two engines of this process held at once (while the lock lasted)
 
 
 class DirectoryLock:
@@ -38,6 +39,7 @@ class DirectoryLock:
             held = _held.get(real)
             if held is not None:
                 held[1] += 1
+                _shared.add(real)
                 return cls(real)
             os.makedirs(real, exist_ok=True)
             fd = _lock_file(real)
@@ -55,8 +57,16 @@ class DirectoryLock:
             held[1] -= 1
             if held[1] == 0:
                 del _held[self.path]
+                _shared.discard(self.path)
                 if held[0] >= 0:
                     os.close(held[0])  # closing the descriptor drops the flock
+
+
+    def sole_holder(self) -> bool:
+        """No other engine of this process has held this directory since this one took it
+        (then this engine is the directory's only writer)."""
+        with _lock:
+            return not self._released and self.path not in _shared
 
 
 def _lock_file(directory: str) -> int:

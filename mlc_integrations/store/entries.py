@@ -26,8 +26,9 @@ from .exact_index import DEFAULT_REVALIDATE_S, ExactIndex
 from ..errors import PayloadError
 from ..runtime.stats import EngineStats
 from . import schema
+from .census import PictureCensus
 from .chroma import ChromaStore
-from .schema import (ANSWER, CREATED_AT, DELETE_ORDER, ENTRY_ID, EXPIRES_AT, IDX, IMAGE_ROW_TIERS, LAST_ACCESS,
+from .schema import (ANSWER, CREATED_AT, DELETE_ORDER, ENTRY_ID, EXPIRES_AT, IDX, IMAGE_ROW_TIERS, IMGS, LAST_ACCESS,
                      MODEL, NS, PART, SCHEMA_VERSION, SCOPE, TEXT, VERSION, WRITE_ORDER, image_row_id, COLLECTION_TIER, COUNTERS_COLLECTION, counters_name)
 
 if TYPE_CHECKING:
@@ -290,7 +291,8 @@ class EntryStore:
 
     def __init__(self, store: ChromaStore, stats: EngineStats,
                  on_deleted: Optional[Callable[[list[str]], None]] = None, *,
-                 image_evidence: str = "memory", evidence_memo_items: int = 4096) -> None:
+                 image_evidence: str = "memory", evidence_memo_items: int = 4096,
+                 sole_writer: Optional[Callable[[], bool]] = None) -> None:
         """``image_evidence``: where the image-change descriptors live (a 96-px grey
         picture and a 24-px colour map: verify/image_change.py). ``"memory"`` (default):
         in this process only, bounded (``evidence_memo_items`` pictures, ~10 kB each),
@@ -311,6 +313,10 @@ class EntryStore:
         # Exact hits from memory (exact_index.py); re-read after a bound where others may write.
         shared = store.mode in ("server", "client")
         self.hot = ExactIndex(revalidate_s=DEFAULT_REVALIDATE_S if shared else None)
+        # Which picture sets are stored, where this process is the only writer (census.py).
+        self.census = PictureCensus(sole_writer if sole_writer is not None else (lambda: False))
+        if store.mode == "ephemeral":  # collections of its own, created empty (chroma.py)
+            self.census.start_empty()
 
     def attach_pending(self, pending: "PendingEntries") -> None:
         """Serve lookups from the write-behind queue too (its entries are the newest)."""
@@ -412,12 +418,15 @@ class EntryStore:
 
     # ------------------------------------------------------------------ reads
     def preload(self, limit: int = PRELOAD_ENTRIES) -> int:
-        """Fill the exact index from the store (warm start), at most ``limit`` entries; how many."""
+        """Fill the exact index from the store (warm start), at most ``limit`` entries; how
+        many. When that was every entry, the picture census is complete too."""
         res = self.store.call("get", lambda: self.store.collection(EXACT).get(
             limit=limit, include=["documents", "metadatas"]))
         for eid, doc, meta in zip(res["ids"], res["documents"], res["metadatas"]):
             if isinstance(doc, str):
                 self.hot.put(eid, doc, meta or {})
+        if len(res["ids"]) < limit:
+            self.census.load(str((m or {}).get(IMGS, "")) for m in res["metadatas"])
         return len(res["ids"])
 
     def fetch(self, entry_ids: Sequence[str], now: float) -> dict[str, Union[StoredEntry, Missing]]:

@@ -29,6 +29,9 @@ from ..verify.image_change import ComparisonBudget, ImageVerdict
 log = logging.getLogger(__name__)
 
 Verdicts = dict  # entry id -> verify.Decision, for one lookup (shared by its tiers)
+# The exact tier and L1 look only at entries stored with the request's very pictures; the
+# store's picture census (store/census.py) can say there are none without a storage call.
+NO_ENTRY_WITH_THESE_PICTURES = "no stored entry has these pictures"
 
 
 @dataclass

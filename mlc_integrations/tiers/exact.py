@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..keys import KeyedRequest
 from ..store.entries import EntryStore
 from ..store.eviction import AccessLog
-from .base import TierOutcome, Verdicts
+from .base import NO_ENTRY_WITH_THESE_PICTURES, TierOutcome, Verdicts
 from ..request import Hit
 
 
@@ -18,6 +18,8 @@ class ExactTier:
         self.access = access
 
     def lookup(self, kr: KeyedRequest, now: float, verdicts: Verdicts) -> TierOutcome:
+        if not self.entries.census.may_hold(kr.images_key):
+            return TierOutcome(note=NO_ENTRY_WITH_THESE_PICTURES)
         found = self.entries.fetch([kr.entry_id], now)[kr.entry_id]
         if isinstance(found, str):
             return TierOutcome()

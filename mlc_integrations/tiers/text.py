@@ -12,7 +12,7 @@ from typing import Optional
 
 from ..keys import KeyedRequest
 from ..request import Hit
-from .base import Candidate, Examination, SemanticTier
+from .base import NO_ENTRY_WITH_THESE_PICTURES, Candidate, Examination, SemanticTier
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,9 @@ class TextSemanticTier(SemanticTier):
 
     def _examine(self, ex: Examination) -> Optional[Hit]:
         kr = ex.kr
+        if not self.entries.census.may_hold(kr.images_key):
+            ex.outcome.note = NO_ENTRY_WITH_THESE_PICTURES
+            return None
         if self._prescreened_out(kr):
             ex.outcome.note = f"pre-screened: no stored text within static cosine {self.prescreen_threshold:.2f}"
             return None
