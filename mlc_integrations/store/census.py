@@ -21,11 +21,10 @@ from __future__ import annotations
 import threading
 from typing import Callable, Iterable
 
-NO_PICTURES = "none"  # keys.py: the images key of a request without pictures
-
 
 class PictureCensus:
-    """``may_hold(images_key)``: False only when no stored entry has exactly these pictures."""
+    """``may_hold(images_key)``: False only when no stored entry has exactly these pictures
+    (ask it about requests with pictures: every text-only entry shares one images key)."""
 
     def __init__(self, sole_writer: Callable[[], bool]) -> None:
         self._sole_writer = sole_writer
@@ -54,7 +53,7 @@ class PictureCensus:
             self._keys.add(images_key)
 
     def may_hold(self, images_key: str) -> bool:
-        if images_key == NO_PICTURES or not self.complete:
+        if not self.complete:
             return True
         with self._lock:
             return images_key in self._keys

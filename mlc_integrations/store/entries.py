@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
@@ -27,6 +26,7 @@ from ..errors import PayloadError
 from ..runtime.stats import EngineStats
 from . import schema
 from .census import PictureCensus
+from .crowding import Crowding
 from .chroma import ChromaStore
 from .schema import (ANSWER, CREATED_AT, DELETE_ORDER, ENTRY_ID, EXPIRES_AT, IDX, IMAGE_ROW_TIERS, IMGS, LAST_ACCESS,
                      MODEL, NS, PART, SCHEMA_VERSION, SCOPE, TEXT, VERSION, WRITE_ORDER, image_row_id, COLLECTION_TIER, COUNTERS_COLLECTION, counters_name)
@@ -49,34 +49,6 @@ ANSWER_META_CHARS = 8192
 SEARCH_STEPS: tuple[tuple[bool, int], ...] = ((False, 16), (False, 256), (True, 256))
 FETCH_BATCH = 16
 EXPLAIN_ROWS = 3  # rows under the floor read to say how close a miss came
-# Where most of the last CROWD_WINDOW unfiltered queries of a tier were crowded by other
-# partitions' rows (one question asked about many pictures: its L1 rows sit in one partition
-# per picture), queries go to the filtered step at once, and one in CROWD_RESAMPLE tries the
-# unfiltered one again. Either order returns the same rows; this saves a round trip.
-CROWD_WINDOW, CROWD_SHARE, CROWD_RESAMPLE = 16, 0.75, 8
-
-
-class Crowding:
-    """Per tier: were its recent unfiltered queries crowded by other partitions?"""
-
-    def __init__(self) -> None:
-        self._recent: dict[str, deque[bool]] = {}
-        self._skipped: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def filtered_first(self, tier: str) -> bool:
-        with self._lock:
-            recent = self._recent.get(tier)
-            if recent is None or len(recent) < CROWD_WINDOW or sum(recent) < CROWD_SHARE * CROWD_WINDOW:
-                return False
-            n = self._skipped[tier] = self._skipped.get(tier, 0) + 1
-            return n % CROWD_RESAMPLE != 0
-
-    def record(self, tier: str, crowded: bool) -> None:
-        with self._lock:
-            self._recent.setdefault(tier, deque(maxlen=CROWD_WINDOW)).append(crowded)
-
-
 def answer_of(payload: Any) -> str:
     """The answer text of an engine-level payload when the caller gave none: a string
     itself, the ``"text"`` of a ``{"text": ...}`` payload, else its canonical JSON."""

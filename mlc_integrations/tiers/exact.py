@@ -18,7 +18,7 @@ class ExactTier:
         self.access = access
 
     def lookup(self, kr: KeyedRequest, now: float, verdicts: Verdicts) -> TierOutcome:
-        if not self.entries.census.may_hold(kr.images_key):
+        if kr.images and not self.entries.census.may_hold(kr.images_key):
             return TierOutcome(note=NO_ENTRY_WITH_THESE_PICTURES)
         found = self.entries.fetch([kr.entry_id], now)[kr.entry_id]
         if isinstance(found, str):

@@ -87,7 +87,7 @@ class TextSemanticTier(SemanticTier):
 
     def _examine(self, ex: Examination) -> Optional[Hit]:
         kr = ex.kr
-        if not self.entries.census.may_hold(kr.images_key):
+        if kr.images and not self.entries.census.may_hold(kr.images_key):
             ex.outcome.note = NO_ENTRY_WITH_THESE_PICTURES
             return None
         if self._prescreened_out(kr):

@@ -7,7 +7,7 @@ changes is one storage round trip per lookup."""
 from __future__ import annotations
 
 from mlc_integrations import CacheRequest, TierOptions
-from mlc_integrations.store.entries import CROWD_RESAMPLE, CROWD_WINDOW
+from mlc_integrations.store.crowding import CROWD_RESAMPLE, CROWD_WINDOW
 
 QUESTION = "How do I cancel my subscription?"
 
