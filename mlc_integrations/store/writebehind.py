@@ -9,10 +9,11 @@ as a single update does). The queue is bounded: when ``max_pending`` entries wai
 
 The writer yields to lookups (a storage write makes every concurrent Chroma query wait:
 an embedded query's mean went from 2.6 to 5.9 ms with one entry written every 50 ms beside
-it, `python benchmarks/chroma_write_contention.py`). A batch starts when a lookup has missed since its oldest entry arrived (the caller is
-now calling its model, which takes far longer than the write), when no lookup has run for
-``quiet_s``, when the oldest entry has waited ``max_delay_s``, when the batch is full, or
-when someone drains. So in a stream the writes go where the caller waits for its model,
+it, `python benchmarks/chroma_write_contention.py`). A batch starts when a lookup has missed
+since its oldest entry arrived (the caller is now calling its model, which takes far longer
+than the write), when neither a lookup nor an update has run for ``quiet_s`` (an update is
+where a streaming caller is busiest: its next lookup follows at once), when the oldest entry
+has waited ``max_delay_s``, when the batch is full, or when someone drains. So in a stream the writes go where the caller waits for its model,
 not where it waits for the cache.
 
 A crash loses at most the pending window (entries acknowledged but not yet written, at
@@ -55,6 +56,7 @@ class PendingEntries:
         self._monotonic = monotonic
         self._lookups = 0  # lookups running now
         self._last_lookup = -1e18  # when the last one ended
+        self._last_submit = -1e18  # when update() last handed an entry over
         self._last_miss = -1e18  # when the last one ended in a miss
         self._queued_at: dict[str, float] = {}  # entry id -> when it was first queued
         self._draining = 0
@@ -78,7 +80,8 @@ class PendingEntries:
                 self._cond.wait(0.5)
             self._entries[entry.entry_id] = entry
             self._queue.append(entry.entry_id)
-            self._queued_at.setdefault(entry.entry_id, self._monotonic())
+            self._last_submit = self._monotonic()
+            self._queued_at.setdefault(entry.entry_id, self._last_submit)
             self._ensure_thread()
             self._cond.notify_all()
 
@@ -181,7 +184,7 @@ class PendingEntries:
             return left  # lookup_ended() wakes the writer
         if self._last_miss >= oldest:
             return 0.0
-        quiet = self._last_lookup + self.quiet_s - now
+        quiet = max(self._last_lookup, self._last_submit) + self.quiet_s - now
         return min(left, quiet) if quiet > 0 else 0.0
 
     def _run(self) -> None:

@@ -4,6 +4,7 @@ the queue is bounded, flush/close drain it, a failed write is counted, never rai
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
 import pytest
@@ -374,4 +375,21 @@ def test_drain_writes_at_once_even_during_a_lookup() -> None:
         assert pending.drain(10) and written.is_set()
     finally:
         pending.lookup_ended(missed=False)
+        pending.close()
+
+
+def test_an_update_after_a_long_model_call_is_not_written_into_the_next_lookup() -> None:
+    """A streaming caller: lookup, miss, a model call far longer than ``quiet_s``, update,
+    and its next lookup at once. The store was quiet during the model call, but the update is
+    not a quiet moment: the writer waits ``quiet_s`` from it (a write started at the update
+    ran beside the next lookup and made it wait)."""
+    pending, written = _recording_queue(max_delay_s=30.0, quiet_s=1.0)
+    try:
+        pending.lookup_started()
+        pending.lookup_ended(missed=False)
+        time.sleep(1.2)  # the caller's model call
+        pending.submit(_pending_entry("e1", "p", {}))
+        assert not written.wait(0.5), "the write started at the update, beside the caller's next lookup"
+        assert written.wait(10), "no write after a quiet moment"
+    finally:
         pending.close()
