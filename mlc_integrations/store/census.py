@@ -36,6 +36,11 @@ class PictureCensus:
     def complete(self) -> bool:
         return self._complete and self._sole_writer()
 
+    @property
+    def may_complete(self) -> bool:
+        """False once another writer may exist (then never complete again in this engine)."""
+        return self._sole_writer()
+
     def start_empty(self) -> None:
         """The store was created empty by this engine (an in-memory store)."""
         with self._lock:

@@ -26,9 +26,10 @@ from ..errors import PayloadError
 from ..runtime.stats import EngineStats
 from . import schema
 from .census import PictureCensus
+from .resident import ResidentVectors
 from .crowding import Crowding
 from .chroma import ChromaStore
-from .schema import (ANSWER, CREATED_AT, DELETE_ORDER, ENTRY_ID, EXPIRES_AT, IDX, IMAGE_ROW_TIERS, IMGS, LAST_ACCESS,
+from .schema import (ANSWER, CREATED_AT, DELETE_ORDER, ENTRY_ID, EXPIRES_AT, IDX, IMAGE_ROW_TIERS, IMGS, LAST_ACCESS, N_IMAGES, RESIDENT_TIERS,
                      MODEL, NS, PART, SCHEMA_VERSION, SCOPE, TEXT, VERSION, WRITE_ORDER, image_row_id, COLLECTION_TIER, COUNTERS_COLLECTION, counters_name)
 
 if TYPE_CHECKING:
@@ -289,6 +290,8 @@ class EntryStore:
         self.census = PictureCensus(sole_writer if sole_writer is not None else (lambda: False))
         if store.mode == "ephemeral":  # collections of its own, created empty (chroma.py)
             self.census.start_empty()
+        # L2's fingerprint and prompt vectors, answered from memory while the census is complete (resident.py).
+        self.resident = ResidentVectors(lambda: self.census.complete, possible=lambda: self.census.may_complete)
 
     def attach_pending(self, pending: "PendingEntries") -> None:
         """Serve lookups from the write-behind queue too (its entries are the newest)."""
@@ -334,6 +337,7 @@ class EntryStore:
                     extra = {"documents": docs if self.evidence_at_rest else [""] * len(docs)}
                 self.store.call(f"upsert {tier}", lambda t=tier, m=model, i=ids, v=vecs, md=metas, x=extra: self.store.collection(
                     t, dim=len(v[0]), model=m).upsert(ids=i, embeddings=v, metadatas=md, **x))
+                self.resident.put(tier, zip(ids, vecs, metas))  # before the write-behind queue lets the entry go
 
     def delete(self, ids: Sequence[str]) -> None:
         """Delete entries from every tier in :data:`DELETE_ORDER`."""
@@ -341,6 +345,7 @@ class EntryStore:
         if not ids:
             return
         self.hot.forget(ids)
+        self.resident.forget_entries(ids)
         gone = set(ids)
         for rid in [r for r, _d in self._evidence.items() if schema.entry_of_row(r) in gone]:
             self._evidence.pop(rid)
@@ -367,9 +372,13 @@ class EntryStore:
         if not clauses:
             self._evidence.clear()
             self.hot.clear()
+            self.resident.clear()
         else:
-            self.hot.forget_where(lambda m: not ((scope_key is None or m.get(SCOPE) == scope_key)
-                                                 and (ns_key is None or m.get(NS) == ns_key)))
+            def keep(m: dict[str, Any]) -> bool:
+                return not ((scope_key is None or m.get(SCOPE) == scope_key) and (ns_key is None or m.get(NS) == ns_key))
+
+            self.hot.forget_where(keep)
+            self.resident.forget_where(keep)
 
     def write_last_access(self, pending: dict[str, float]) -> None:
         """Persist buffered last-access times (never moving one backwards)."""
@@ -398,6 +407,13 @@ class EntryStore:
             if isinstance(doc, str):
                 self.hot.put(eid, doc, meta or {})
         if len(res["ids"]) < limit:
+            if any(int((m or {}).get(N_IMAGES, 0) or 0) for m in res["metadatas"]):
+                for tier in RESIDENT_TIERS:  # stored before this process: read once, held here (resident.py)
+                    rows = self.store.call(f"get {tier}", lambda t=tier: self.store.collection(t).get(
+                        include=["embeddings", "metadatas"]))
+                    embs = rows.get("embeddings")
+                    if embs is not None:
+                        self.resident.put(tier, zip(rows["ids"], embs, [m or {} for m in rows["metadatas"]]))
             self.census.load(str((m or {}).get(IMGS, "")) for m in res["metadatas"])
         return len(res["ids"])
 
@@ -410,8 +426,11 @@ class EntryStore:
         for eid in dict.fromkeys(entry_ids):
             p = self.pending.get(eid) if self.pending is not None else None
             if p is not None:
-                out[eid] = "expired" if p.meta.keys.expires_at <= now else StoredEntry(
-                    json.loads(p.document), p.meta.to_chroma())
+                if p.meta.keys.expires_at <= now:  # counted as a stored one is (the writer may not have run yet)
+                    self._stats.incr("expired")
+                    out[eid] = "expired"
+                else:
+                    out[eid] = StoredEntry(json.loads(p.document), p.meta.to_chroma())
                 continue
             remembered = self.hot.get(eid)
             if remembered is not None:
@@ -554,6 +573,13 @@ class EntryStore:
         include = ["distances", "metadatas"] + (["documents"] if documents else [])
         pending = self.pending.neighbours(tier, vec, part, threshold) if self.pending is not None else []
         mine: list[tuple[str, float, dict[str, Any], Optional[str]]] = []
+        if not documents and self.resident.serves(tier):
+            # Every row of the tier is held here: exact, and one more than asked says whether more exist.
+            mine = self.resident.nearest(tier, vec, part, threshold, k)
+            newer = {rid for rid, _s, _m in pending}
+            mine = [r for r in mine if r[0] not in newer] + [(rid, s, m, None) for rid, s, m in pending]
+            mine.sort(key=lambda r: -r[1])
+            return mine[:k], len(mine) > k
         filtered_first = self.crowding.filtered_first(tier)
         for where in (({PART: part},) if filtered_first else (None, {PART: part})):
             def run(where: Any = where) -> Any:
@@ -657,6 +683,9 @@ class EntryStore:
         out = self.pending.vectors(tier, ids) if self.pending is not None and len(self.pending) else {}
         rest = [i for i in ids if i not in out]
         if not rest:
+            return out
+        if self.resident.serves(tier):  # every row is held here: one not here is not stored
+            out.update(self.resident.vectors(tier, rest))
             return out
         res = self.store.call(f"get {tier}", lambda: self.store.collection(tier).get(ids=rest, include=["embeddings"]))
         embs = res.get("embeddings")

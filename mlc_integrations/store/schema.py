@@ -65,6 +65,7 @@ class Tier:
     screens: Optional[str] = None  # the tier this one pre-screens for
     versioned: bool = False  # collection name carries the version of the vector space
     document: str = ""  # what the row's document holds (RESPONSE, IMAGE_EVIDENCE, or nothing)
+    resident: bool = False  # small vectors the only writer also holds in memory (resident.py)
 
 
 TIERS: tuple[Tier, ...] = (
@@ -74,11 +75,11 @@ TIERS: tuple[Tier, ...] = (
     Tier("l1_static", "l1_static", ROW_PER_ENTRY, vector=True, field="static_vec", model_field="static_model",
          partition="l1", family=TEXT_FAMILY, screens="l1", versioned=True),
     Tier("l2_fprint", "l2_fprint", ROW_PER_IMAGE, vector=True, field="fprint_vecs", model_field="fprint_model",
-         partition="l2_image", family=IMAGE_FAMILY, screens="l2_image"),
+         partition="l2_image", family=IMAGE_FAMILY, screens="l2_image", resident=True),
     Tier("l2_image", "l2_image", ROW_PER_IMAGE, vector=True, field="image_vecs", model_field="image_model",
          deferred="embed_images", partition="l2_image", family=IMAGE_FAMILY, document=IMAGE_EVIDENCE),
     Tier("l2_prompt", "l2_prompt", ROW_PER_ENTRY, vector=True, field="prompt_vec", model_field="prompt_model",
-         partition="l2_prompt", family=IMAGE_FAMILY),
+         partition="l2_prompt", family=IMAGE_FAMILY, resident=True),
 )
 BY_NAME: Mapping[str, Tier] = {t.name: t for t in TIERS}
 RESPONSE_TIER = next(t.name for t in TIERS if t.document == RESPONSE)
@@ -90,6 +91,7 @@ DELETE_ORDER = ("l2_image", "l2_fprint", "l2_prompt", "l1", "l1_static", "exact"
 
 VECTOR_TIERS = tuple(t.name for t in TIERS if t.vector)
 IMAGE_ROW_TIERS = tuple(t.name for t in TIERS if t.rows == ROW_PER_IMAGE)
+RESIDENT_TIERS = tuple(t.name for t in TIERS if t.resident)
 
 # Row metadata keys. Every row carries the entry keys (an entry's exact keys and schema
 # version: clear() and the scope filters read them on every tier).

@@ -40,9 +40,9 @@ def _jpeg(im: Image.Image) -> Image.Image:
     return Image.open(io.BytesIO(buf.getvalue())).convert("RGB")
 
 
-def _engine(make_engine, l2_prescreen=None, **kw):
+def _engine(make_engine, l2_prescreen=None, persist_directory=None, **kw):
     # Every stored picture passes the global threshold (-1): the worst case for the read volume.
-    return make_engine(durable=True, l2_image_threshold=-1.0, l2_prompt_threshold=0.9,
+    return make_engine(durable=True, l2_image_threshold=-1.0, l2_prompt_threshold=0.9, persist_directory=persist_directory,
                        tiers=TierOptions(exact=False, l1=False, l2_prescreen=l2_prescreen, **kw))
 
 
@@ -68,8 +68,11 @@ def test_the_query_size_leaves_room_for_every_local_comparison() -> None:
 
 
 @pytest.mark.parametrize("verifier,fingerprints", [("default", None), (None, None), ("default", 0.5)])
-def test_a_lookup_reads_at_most_the_best_few_rows_however_many_frames_pass(make_engine, verifier, fingerprints) -> None:
-    eng = _engine(make_engine, image_verifier=verifier, l2_prescreen=fingerprints)
+def test_a_lookup_reads_at_most_the_best_few_rows_however_many_frames_pass(make_engine, tmp_path, verifier,
+                                                                         fingerprints) -> None:
+    # A directory another engine opened too: neither holds the store's vectors (store/resident.py), both read it.
+    eng = _engine(make_engine, image_verifier=verifier, l2_prescreen=fingerprints, persist_directory=str(tmp_path))
+    make_engine(persist_directory=str(tmp_path))
     for i in range(3 * L2_QUERY_K):
         eng.update(CacheRequest(text="How many people are in the street?", images=[_frame(i)]), f"{i} people")
     reads = _count_rows_read(eng)
@@ -79,6 +82,17 @@ def test_a_lookup_reads_at_most_the_best_few_rows_however_many_frames_pass(make_
     # image query, prompt vectors, entry (and at most one more); the fingerprint stage's query
     # and prompt vectors come first, and the encoder's only if the fingerprints cannot settle it
     assert len(reads) <= (4 if fingerprints is None else 6), reads
+
+
+def test_the_only_writer_reads_its_fingerprint_and_prompt_vectors_from_memory(make_engine) -> None:
+    eng = _engine(make_engine, l2_prescreen=0.5)
+    for i in range(3 * L2_QUERY_K):
+        eng.update(CacheRequest(text="How many people are in the street?", images=[_frame(i)]), f"{i} people")
+    reads = _count_rows_read(eng)
+    eng.lookup(CacheRequest(text="How many people are in the street?", images=[_frame(999)]))
+    small = [what for what, _n in reads if what.split()[-1] in ("l2_fprint", "l2_prompt")]
+    assert not small, reads
+    assert all(n <= L2_QUERY_K for _what, n in reads), reads
 
 
 QUESTIONS = [f"Is there a {thing} in the picture?" for thing in

@@ -1,0 +1,151 @@
+"""L2's fingerprint and prompt vectors held in this process while it is the store's only
+writer (store/resident.py): answered from memory, exactly as the store would, and never
+answering once another writer may exist."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mlc_integrations import CacheRequest, MLCEngine
+from mlc_integrations.store.resident import ResidentVectors
+from mlc_integrations.store.schema import ENTRY_ID, NS, PART, SCOPE
+from tests.helpers import pattern
+
+QUESTION = "What color is the shape?"
+L2_READS = ("query l2_fprint", "get l2_fprint", "query l2_prompt", "get l2_prompt")
+
+
+def _unit(rng: np.random.Generator, dim: int) -> np.ndarray:
+    v = rng.normal(size=dim).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+def _rows(n: int, dim: int = 16, part: str = "p", seed: int = 0, name: str = "e"):
+    rng = np.random.default_rng(seed)
+    return [(f"{name}{i}#0", _unit(rng, dim), {PART: part, ENTRY_ID: f"{name}{i}", SCOPE: "s", NS: f"ns{i % 2}"})
+            for i in range(n)]
+
+
+def test_nearest_is_exact_cosine_over_the_partition_best_first() -> None:
+    res = ResidentVectors(lambda: True)
+    rows = _rows(40)
+    res.put("l2_fprint", rows)
+    res.put("l2_fprint", _rows(5, part="other", seed=1, name="o"))
+    q = rows[3][1]
+    got = res.nearest("l2_fprint", q, "p", -1.0, k=8)
+    want = sorted(((rid, float(np.dot(q, v))) for rid, v, _m in rows), key=lambda r: -r[1])[:9]
+    assert [r[0] for r in got] == [r[0] for r in want]  # one more than asked: whether more exist
+    assert all(abs(a[1] - b[1]) < 1e-6 for a, b in zip(got, want))
+    assert got[0][0] == "e3#0" and got[0][2][ENTRY_ID] == "e3"
+    assert all(m[PART] == "p" for _r, _s, m, _d in got)
+    assert res.nearest("l2_fprint", q, "p", 0.999, k=8) == [got[0]]
+    assert res.nearest("l2_fprint", q, "nobody", -1.0, k=8) == []
+
+
+def test_deleted_and_cleared_rows_leave_at_once() -> None:
+    res = ResidentVectors(lambda: True)
+    rows = _rows(10)
+    res.put("l2_fprint", rows)
+    res.put("l2_prompt", [(m[ENTRY_ID], v, m) for _rid, v, m in rows])
+    res.forget_entries(["e1", "e2"])
+    left = {r[0] for r in res.nearest("l2_fprint", rows[0][1], "p", -1.0, k=20)}
+    assert "e1#0" not in left and "e2#0" not in left and len(left) == 8
+    assert set(res.vectors("l2_prompt", ["e1", "e3"])) == {"e3"}
+    res.forget_where(lambda m: m.get(NS) != "ns1")  # namespace ns1 cleared: the odd entries go
+    assert {r[0] for r in res.nearest("l2_fprint", rows[0][1], "p", -1.0, k=20)} == {"e0#0", "e4#0", "e6#0", "e8#0"}
+    res.clear()
+    assert res.nearest("l2_fprint", rows[0][1], "p", -1.0, k=20) == []
+
+
+def test_it_serves_only_while_the_census_is_complete_and_below_its_bound() -> None:
+    complete = [True]
+    res = ResidentVectors(lambda: complete[0], max_rows=10)
+    assert res.serves("l2_fprint") and not res.serves("l2_image")  # the encoder's large vectors stay in the store
+    complete[0] = False
+    assert not res.serves("l2_fprint")
+    complete[0] = True
+    res.put("l2_fprint", _rows(11))
+    assert not res.serves("l2_fprint") and res.serves("l2_prompt")  # past the bound: the store answers
+
+
+def test_once_another_writer_may_exist_no_row_is_kept() -> None:
+    res = ResidentVectors(lambda: False, possible=lambda: False)
+    res.put("l2_fprint", _rows(3))
+    assert res.nearest("l2_fprint", _rows(3)[0][1], "p", -1.0, k=8) == []
+
+
+def test_vectors_of_another_size_in_one_partition_stop_it_serving_that_tier() -> None:
+    res = ResidentVectors(lambda: True)
+    res.put("l2_prompt", [("a", np.ones(4, np.float32) / 2, {PART: "p"})])
+    res.put("l2_prompt", [("b", np.ones(9, np.float32) / 3, {PART: "p"})])
+    assert not res.serves("l2_prompt")
+
+
+@pytest.fixture()
+def counted():
+    def install(eng):
+        seen: list[str] = []
+        orig = eng.store.call
+
+        def counting(what, fn):
+            seen.append(what)
+            return orig(what, fn)
+
+        eng.store.call = counting
+        return seen
+
+    return install
+
+
+def test_an_l2_hit_and_an_l2_miss_ask_the_store_nothing_of_the_small_tiers(make_engine, counted) -> None:
+    eng = make_engine(durable=True)
+    eng.update(CacheRequest(text=QUESTION, images=[pattern(1)]), "red")
+    eng.update(CacheRequest(text=QUESTION, images=[pattern(2)]), "blue")
+    assert eng.entries.resident.serves("l2_fprint")
+    seen = counted(eng)
+    near = pattern(1).resize((80, 80))  # another digest: not the exact tier's, not L1's
+    hit = eng.lookup(CacheRequest(text=QUESTION, images=[near]))
+    assert hit is not None and hit.tier == "L2" and hit.payload == "red"
+    miss = eng.lookup_explained(CacheRequest(text=QUESTION, images=[pattern(7)]))
+    assert miss.hit is None
+    assert not [w for w in seen if w in L2_READS], seen
+
+
+def test_a_deleted_entry_is_no_candidate(make_engine) -> None:
+    eng = make_engine(durable=True)
+    eng.update(CacheRequest(text=QUESTION, images=[pattern(1)]), "red")
+    near = CacheRequest(text=QUESTION, images=[pattern(1).resize((80, 80))])
+    hit = eng.lookup(near)
+    assert hit is not None
+    eng.delete(hit.entry_id)
+    assert eng.lookup(near) is None
+    assert not eng.entries.resident.nearest("l2_fprint", np.ones(256, np.float32) / 16, "x", -1.0, 8)
+
+
+def test_a_reopened_directory_holds_its_stored_vectors_after_the_warm_start(make_engine, tmp_path, counted) -> None:
+    first = make_engine(persist_directory=str(tmp_path), durable=True)
+    first.update(CacheRequest(text=QUESTION, images=[pattern(1)]), "red")
+    first.close()
+    again = make_engine(persist_directory=str(tmp_path))
+    again._warm.join(120)
+    assert again.entries.resident.serves("l2_fprint")
+    seen = counted(again)
+    hit = again.lookup(CacheRequest(text=QUESTION, images=[pattern(1).resize((80, 80))]))
+    assert hit is not None and hit.payload == "red"
+    assert not [w for w in seen if w in L2_READS], seen
+
+
+def test_two_engines_on_one_directory_find_each_others_pictures_through_the_store(tmp_path) -> None:
+    a = MLCEngine(persist_directory=str(tmp_path), durable=True)
+    b = MLCEngine(persist_directory=str(tmp_path), durable=True)
+    try:
+        for eng in (a, b):
+            eng._warm.join(120)
+        b.update(CacheRequest(text=QUESTION, images=[pattern(1)]), "written by b")
+        assert not a.entries.resident.serves("l2_fprint")
+        hit = a.lookup(CacheRequest(text=QUESTION, images=[pattern(1).resize((80, 80))]))
+        assert hit is not None and hit.payload == "written by b"
+    finally:
+        a.close()
+        b.close()
