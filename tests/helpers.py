@@ -45,3 +45,16 @@ def record_answers(engine: Any, monkeypatch: Any) -> list[Optional[str]]:
 
     monkeypatch.setattr(engine, "update", spy)
     return answers
+
+
+def count_store_calls(engine: Any) -> list[str]:
+    """The labels of every storage call ``engine`` makes from now on (``ChromaStore.call``)."""
+    seen: list[str] = []
+    orig = engine.store.call
+
+    def counting(what: str, fn: Any) -> Any:
+        seen.append(what)
+        return orig(what, fn)
+
+    engine.store.call = counting
+    return seen

@@ -8,6 +8,7 @@ from typing import Any
 
 from mlc_integrations import CacheRequest, MLCEngine, StorageOptions
 from mlc_integrations.store.exact_index import ExactIndex
+from tests.helpers import count_store_calls
 
 
 def ask(text: str) -> CacheRequest:
@@ -15,15 +16,7 @@ def ask(text: str) -> CacheRequest:
 
 
 def _gets(eng: MLCEngine) -> list[str]:
-    calls: list[str] = []
-    real = eng.store.call
-
-    def counting(what: str, fn: Any) -> Any:
-        calls.append(what)
-        return real(what, fn)
-
-    eng.store.call = counting  # type: ignore[method-assign]
-    return calls
+    return count_store_calls(eng)
 
 
 def test_an_exact_repeat_costs_no_storage_call() -> None:

@@ -6,21 +6,9 @@ from __future__ import annotations
 from mlc_integrations import CacheRequest, MLCEngine, TierOptions
 from mlc_integrations.store.dirlock import DirectoryLock
 from mlc_integrations.tiers.base import NO_ENTRY_WITH_THESE_PICTURES
-from tests.helpers import pattern
+from tests.helpers import count_store_calls as _calls, pattern
 
 QUESTION = "What color is the shape?"
-
-
-def _calls(eng) -> list[str]:
-    seen: list[str] = []
-    orig = eng.store.call
-
-    def counting(what, fn):
-        seen.append(what)
-        return orig(what, fn)
-
-    eng.store.call = counting
-    return seen
 
 
 def test_new_pictures_cost_the_exact_tier_and_l1_no_storage_call(make_engine) -> None:

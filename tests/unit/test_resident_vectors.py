@@ -5,12 +5,11 @@ answering once another writer may exist."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from mlc_integrations import CacheRequest, MLCEngine
 from mlc_integrations.store.resident import ResidentVectors
 from mlc_integrations.store.schema import ENTRY_ID, NS, PART, SCOPE
-from tests.helpers import pattern
+from tests.helpers import count_store_calls, pattern
 
 QUESTION = "What color is the shape?"
 L2_READS = ("query l2_fprint", "get l2_fprint", "query l2_prompt", "get l2_prompt")
@@ -82,28 +81,12 @@ def test_vectors_of_another_size_in_one_partition_stop_it_serving_that_tier() ->
     assert not res.serves("l2_prompt")
 
 
-@pytest.fixture()
-def counted():
-    def install(eng):
-        seen: list[str] = []
-        orig = eng.store.call
-
-        def counting(what, fn):
-            seen.append(what)
-            return orig(what, fn)
-
-        eng.store.call = counting
-        return seen
-
-    return install
-
-
-def test_an_l2_hit_and_an_l2_miss_ask_the_store_nothing_of_the_small_tiers(make_engine, counted) -> None:
+def test_an_l2_hit_and_an_l2_miss_ask_the_store_nothing_of_the_small_tiers(make_engine) -> None:
     eng = make_engine(durable=True)
     eng.update(CacheRequest(text=QUESTION, images=[pattern(1)]), "red")
     eng.update(CacheRequest(text=QUESTION, images=[pattern(2)]), "blue")
     assert eng.entries.resident.serves("l2_fprint")
-    seen = counted(eng)
+    seen = count_store_calls(eng)
     near = pattern(1).resize((80, 80))  # another digest: not the exact tier's, not L1's
     hit = eng.lookup(CacheRequest(text=QUESTION, images=[near]))
     assert hit is not None and hit.tier == "L2" and hit.payload == "red"
@@ -123,14 +106,14 @@ def test_a_deleted_entry_is_no_candidate(make_engine) -> None:
     assert not eng.entries.resident.nearest("l2_fprint", np.ones(256, np.float32) / 16, "x", -1.0, 8)
 
 
-def test_a_reopened_directory_holds_its_stored_vectors_after_the_warm_start(make_engine, tmp_path, counted) -> None:
+def test_a_reopened_directory_holds_its_stored_vectors_after_the_warm_start(make_engine, tmp_path) -> None:
     first = make_engine(persist_directory=str(tmp_path), durable=True)
     first.update(CacheRequest(text=QUESTION, images=[pattern(1)]), "red")
     first.close()
     again = make_engine(persist_directory=str(tmp_path))
     again._warm.join(120)
     assert again.entries.resident.serves("l2_fprint")
-    seen = counted(again)
+    seen = count_store_calls(again)
     hit = again.lookup(CacheRequest(text=QUESTION, images=[pattern(1).resize((80, 80))]))
     assert hit is not None and hit.payload == "red"
     assert not [w for w in seen if w in L2_READS], seen

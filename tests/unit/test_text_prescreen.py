@@ -13,6 +13,7 @@ from mlc_integrations import CacheRequest
 from mlc_integrations.embed import static_text
 from mlc_integrations.tiers import DEFAULT_L1_PRESCREEN
 from mlc_integrations import StorageOptions
+from tests.helpers import count_store_calls
 
 
 def req(text: str, scope: str = "m") -> CacheRequest:
@@ -111,14 +112,7 @@ def test_cache_without_static_rows_turns_the_prescreen_off(make_engine: Any) -> 
 
 def test_static_rows_are_written_before_the_l1_rows_they_screen(make_engine: Any) -> None:
     eng = make_engine(durable=True, image_encoder=None)
-    writes: list[str] = []
-    real_call = eng.store.call
-
-    def call(label: str, fn: Any) -> Any:
-        writes.append(label)
-        return real_call(label, fn)
-
-    eng.store.call = call
+    writes = count_store_calls(eng)
     eng.update(req("What is the capital of France?"), "Paris")
     del eng.store.call
     upserts = [w for w in writes if w.startswith("upsert")]

@@ -1,0 +1,104 @@
+"""Where one demo stream's lookups spend their time, by phase, hits and misses apart.
+
+Runs one of the demo's streams (``vqa``, ``camera``, ``camera-video``) through
+``MultimodalSemanticCache()`` as shipped (embedded Chroma in a temporary directory, the
+300 ms oracle), timing the engine's phases inside every lookup: the tiers, L2's
+fingerprint neighbours and candidates, the image judge, the store's reads. Times are wall
+clock inside the lookup, whichever thread spent them (the write-behind writer's work shows
+up where it ran beside a lookup). ``--pause`` waits that long after building the cache, as
+the demo's later streams find the process warm.
+
+    python benchmarks/demo_stream_phases.py camera-video [--pause 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import os
+import tempfile
+import time
+from typing import Any, Callable
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("stream", choices=("vqa", "camera", "camera-video"))
+    p.add_argument("--pause", type=float, default=0.0)
+    args = p.parse_args()
+
+    import torch
+
+    import mlc_integrations.embed.encoders as enc
+    import mlc_integrations.langchain.cache as lc
+    import mlc_integrations.store.entries as ent
+    import mlc_integrations.tiers.exact as exact
+    import mlc_integrations.tiers.multimodal as mm
+    import mlc_integrations.tiers.text as text
+    import mlc_integrations.verify.image_change as ic
+    from evaluation.harness.experiments import backend_for, warm_models
+    from evaluation.harness.runner import run_workload
+    from evaluation.harness.workloads import build
+    from mlc_integrations.embed.image_towers import DEFAULT_IMAGE_ENCODER
+
+    torch.set_num_threads(1)
+    spent: dict[str, float] = collections.defaultdict(float)
+
+    def timed(owner: Any, name: str) -> None:
+        f: Callable[..., Any] = getattr(owner, name)
+
+        @functools.wraps(f)
+        def wrapper(*a: Any, **k: Any) -> Any:
+            t0 = time.perf_counter()
+            try:
+                return f(*a, **k)
+            finally:
+                spent[f"{getattr(owner, '__name__', owner)}.{name}"] += (time.perf_counter() - t0) * 1000.0
+
+        setattr(owner, name, wrapper)
+
+    for owner, name in [(exact.ExactTier, "lookup"), (text.TextSemanticTier, "lookup"), (mm.MultimodalTier, "_examine"),
+                        (mm.MultimodalTier, "_fingerprint_neighbours"), (mm.MultimodalTier, "_fingerprint_candidates"),
+                        (mm.MultimodalTier, "_encoder_stage"), (mm.MultimodalTier, "_image_check"), (ic, "judge"),
+                        (ic, "prescreen"), (ent.EntryStore, "fetch"), (ent.EntryStore, "nearest"),
+                        (ent.EntryStore, "vectors"), (ent.EntryStore, "image_descriptors"),
+                        (enc.TierEncoders, "image_descriptors"), (enc.TierEncoders, "fingerprints"),
+                        (enc.TierEncoders, "image_vecs"), (enc.TierEncoders, "prompt_vec")]:
+        timed(owner, name)
+
+    wl = build(args.stream, quick=args.stream == "camera-video", seed=0)
+    if args.stream == "vqa":
+        wl.items = wl.items[:200]  # as the demo
+    _key, backend = backend_for(wl, 300.0)
+    warm_models(image_encoders=[DEFAULT_IMAGE_ENCODER])
+    cache = lc.MultimodalSemanticCache(persist_directory=os.path.join(tempfile.mkdtemp(prefix="mlc-phases-"), wl.name))
+    time.sleep(args.pause)
+    totals: dict[tuple[str, str], float] = collections.defaultdict(float)
+    kinds: collections.Counter[str] = collections.Counter()
+    lookup = lc.MultimodalSemanticCache.lookup
+
+    def per_lookup(self: Any, *a: Any, **k: Any) -> Any:
+        spent.clear()
+        t0 = time.perf_counter()
+        out = lookup(self, *a, **k)
+        kind = "hit" if out is not None else "miss"
+        kinds[kind] += 1
+        totals[(kind, "lookup (all of it)")] += (time.perf_counter() - t0) * 1000.0
+        for what, ms in spent.items():
+            totals[(kind, what)] += ms
+        return out
+
+    lc.MultimodalSemanticCache.lookup = per_lookup  # type: ignore[method-assign]
+    res = run_workload(wl, cache, backend, config="phases")
+    print(f"{args.stream}: {res.hits}/{res.n} hits, {res.wrong_hits} wrong, wall {res.wall_s:.1f} s, "
+          f"load {os.getloadavg()[0]:.2f}")
+    for kind in ("hit", "miss"):
+        rows = sorted(((w, ms) for (k, w), ms in totals.items() if k == kind), key=lambda r: -r[1])
+        for what, ms in rows:
+            print(f"  {kind:4s} {what:48s} {ms / max(1, kinds[kind]):7.2f} ms per lookup")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
