@@ -430,3 +430,19 @@ def test_a_flat_grey_region_given_a_dark_saturated_hue_is_a_colour_change() -> N
     rep = compare(describe(Image.fromarray(a)), describe(Image.fromarray(b)))
     assert rep.colour_area > 0.02
     assert not ImageChangeRule.load().decide(rep).accept
+
+
+def test_the_fast_helpers_give_exactly_what_the_generic_ones_give() -> None:
+    """The comparison's padding and the pre-screen's deciles are hand-rolled for speed; they
+    must be the very numbers np.pad and the one-quantile helper give (the rule was calibrated
+    on those)."""
+    from mlc_integrations.verify import image_change as ic
+
+    rng = np.random.default_rng(3)
+    for shape in ((96, 96), (24, 24), (5, 7)):
+        x = rng.random(shape, dtype=np.float32)
+        assert np.array_equal(ic._pad_edge(x), np.pad(x, 1, mode="edge"))
+    for n in (9216, 576, 17, 2):
+        s = np.sort(rng.random(n, dtype=np.float32))
+        want = np.array([ic._quantile_linear(s, q, presorted=True) for q in ic._QS])
+        assert np.array_equal(ic._deciles(s), want)
