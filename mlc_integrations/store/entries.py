@@ -374,11 +374,11 @@ class EntryStore:
             self.hot.clear()
             self.resident.clear()
         else:
-            def keep(m: dict[str, Any]) -> bool:
-                return not ((scope_key is None or m.get(SCOPE) == scope_key) and (ns_key is None or m.get(NS) == ns_key))
-
-            self.hot.forget_where(keep)
-            self.resident.forget_where(keep)
+            self.hot.forget_where(lambda m: not ((scope_key is None or m.get(SCOPE) == scope_key)
+                                                 and (ns_key is None or m.get(NS) == ns_key)))
+            self.resident.clear()  # it keeps no keys: what the store still holds is read again
+            if self.census.complete:
+                self._load_resident(pictures=True)
 
     def write_last_access(self, pending: dict[str, float]) -> None:
         """Persist buffered last-access times (never moving one backwards)."""
@@ -407,15 +407,21 @@ class EntryStore:
             if isinstance(doc, str):
                 self.hot.put(eid, doc, meta or {})
         if len(res["ids"]) < limit:
-            if any(int((m or {}).get(N_IMAGES, 0) or 0) for m in res["metadatas"]):
-                for tier in RESIDENT_TIERS:  # stored before this process: read once, held here (resident.py)
-                    rows = self.store.call(f"get {tier}", lambda t=tier: self.store.collection(t).get(
-                        include=["embeddings", "metadatas"]))
-                    embs = rows.get("embeddings")
-                    if embs is not None:
-                        self.resident.put(tier, zip(rows["ids"], embs, [m or {} for m in rows["metadatas"]]))
+            if res["ids"]:  # stored before this process: read once, held here (resident.py)
+                self._load_resident(any(int((m or {}).get(N_IMAGES, 0) or 0) for m in res["metadatas"]))
             self.census.load(str((m or {}).get(IMGS, "")) for m in res["metadatas"])
         return len(res["ids"])
+
+    def _load_resident(self, pictures: bool) -> None:
+        """Read every row of the resident tiers (the image ones only when entries have pictures)."""
+        for tier in RESIDENT_TIERS:
+            if schema.BY_NAME[tier].family == schema.IMAGE_FAMILY and not pictures:
+                continue
+            rows = self.store.call(f"get {tier}", lambda t=tier: self.store.collection(t).get(
+                include=["embeddings", "metadatas"]))
+            embs = rows.get("embeddings")
+            if embs is not None:
+                self.resident.put(tier, zip(rows["ids"], embs, [m or {} for m in rows["metadatas"]]))
 
     def fetch(self, entry_ids: Sequence[str], now: float) -> dict[str, Union[StoredEntry, Missing]]:
         """The live entries among ``entry_ids`` in one storage call; expired and unreadable
@@ -529,6 +535,12 @@ class EntryStore:
         # Pending rows are read before the store: an entry the writer moves from one to the
         # other meanwhile is then seen in at least one of them.
         pending = self.pending.neighbours(tier, vec, part, threshold) if self.pending is not None else []
+        if self.resident.serves(tier):  # every row is held here (resident.py): exact, no round trip
+            k = SEARCH_STEPS[-1][1]
+            rows = self.resident.nearest(tier, vec, part, threshold, k)
+            if best_below is not None and not rows and not pending:
+                best_below.extend(s for _i, s, _m, _d in self.resident.nearest(tier, vec, part, -2.0, 0))
+            return _newest([(i, s, m) for i, s, m, _d in rows[:k]], pending), len(rows) <= k
         steps = SEARCH_STEPS[-1:] if self.crowding.filtered_first(tier) else SEARCH_STEPS
         for filtered, k in steps:
             where = {PART: part} if filtered else None
@@ -617,6 +629,8 @@ class EntryStore:
         row (filtered, k=1: its cost grows with the partition's size, so it is the fallback)."""
         if self.pending is not None and self.pending.neighbours(tier, vec, part, threshold):
             return True
+        if self.resident.serves(tier):
+            return bool(self.resident.nearest(tier, vec, part, threshold, 0))
         emb = [vec.tolist()]
         col = self.store.collection(tier, dim=int(vec.shape[0]), model=model)
         if not self.crowding.filtered_first(tier):

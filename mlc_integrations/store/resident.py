@@ -1,73 +1,77 @@
-"""L2's small vectors held in this process, where it is the store's only writer.
+"""The small vector tiers held in this process, where it is the store's only writer.
 
-An L2 lookup with a picture asks two small vector tiers first: the stored pictures'
-16 x 16 fingerprints (``l2_fprint``, 256 numbers) near the new one, then the prompt vectors
-(``l2_prompt``, 384 numbers) of those few entries. Against embedded Chroma each is a round
-trip of 1-3 ms, more than the comparison that decides a camera's next frame. Where the
-picture census is complete (census.py: this process is the only writer, and it read the
-whole store at warm start or created it empty) every row of those tiers is known here too:
-the rows read at warm start, and every row this process writes, added right after its
-storage write and before the write-behind queue lets it go (so a lookup sees each row in
-the queue, here, or both). Queries are then exact cosine over the partition's rows in numpy.
+A lookup asks small vector tiers before anything else: L1 the stored texts' static vectors
+(its pre-screen) and sentence vectors (384 numbers each) in its partition; L2 the stored
+pictures' 16 x 16 fingerprints (256 numbers) near the new one, then the prompt vectors of
+those few entries. Against embedded Chroma each is a round trip of 1-3 ms -- more than the
+comparison that decides a camera's next frame. Where the picture census is complete
+(census.py: this process is the only writer, and it read the whole store at warm start or
+created it empty) every row of those tiers (``schema.Tier.resident``) is known here too: the
+rows read at warm start, and every row this process writes, added right after its storage
+write and before the write-behind queue lets it go (so a lookup sees each row in the queue,
+here, or both). Queries are then exact cosines over the partition's rows in numpy. The
+image tower's 1,280-d vectors stay in Chroma only.
 
-Deleted entries leave at once; a scoped ``clear`` leaves by its keys. A row whose entry
+Deleted entries leave at once; after a scoped ``clear`` the tiers are read again (the
+rows keep no keys here: a vector and its partition). A row whose entry
 expired or was removed otherwise only costs a candidate whose entry read says "absent"
 -- never a hit (the entry read decides, as for a row Chroma returns). Past
-:data:`MAX_RESIDENT_ROWS` rows in one tier this process stops keeping them (the memory
+:data:`MAX_RESIDENT_ROWS` rows in one tier this process stops keeping that tier (the memory
 stays bounded) and the tiers ask the store, as they do whenever the census is not complete.
 """
 
 from __future__ import annotations
 
+import sys
 import threading
 from typing import Any, Callable, Iterable, Optional, Sequence
 
 import numpy as np
 
-from .schema import ENTRY_ID, IDX, NS, PART, RESIDENT_TIERS, SCOPE
+from .schema import BY_NAME, ENTRY_ID, IDX, PART, RESIDENT_TIERS, ROW_PER_IMAGE, entry_of_row
 
-MAX_RESIDENT_ROWS = 10_000  # per tier, as many as the census reads at warm start (both tiers full: 53 MB, benchmarks/resident_memory.py)
-# What a row keeps of its metadata: the lookup reads the partition and entry; a scoped clear the keys.
-KEPT = (PART, ENTRY_ID, IDX, SCOPE, NS)
+MAX_RESIDENT_ROWS = 5_000  # per tier: all four full hold 46 MB (benchmarks/resident_memory.py)
+
 
 
 class _Partition:
     """The rows of one partition: a growing matrix, dead slots masked."""
 
     def __init__(self, dim: int) -> None:
-        self.vecs = np.zeros((16, dim), np.float32)
+        self.vecs = np.zeros((4, dim), np.float32)  # grows by doubling: many partitions stay small
+        self.alive = np.zeros(4, bool)
         self.ids: list[Optional[str]] = []
         self.slot: dict[str, int] = {}
 
-    def put(self, rid: str, vec: np.ndarray) -> bool:
-        """True when the row is new."""
+    def put(self, rid: str, vec: np.ndarray) -> None:
         i = self.slot.get(rid)
-        new = i is None
         if i is None:
             i = len(self.ids)
             if i == self.vecs.shape[0]:
                 self.vecs = np.concatenate([self.vecs, np.zeros_like(self.vecs)])
+                self.alive = np.concatenate([self.alive, np.zeros_like(self.alive)])
             self.ids.append(rid)
             self.slot[rid] = i
         self.vecs[i] = vec
-        return new
+        self.alive[i] = True
 
-    def drop(self, rid: str) -> bool:
+    def drop(self, rid: str) -> None:
         i = self.slot.pop(rid, None)
-        if i is None:
-            return False
-        self.ids[i] = None
-        return True
+        if i is not None:
+            self.ids[i] = None
+            self.alive[i] = False
 
-    def nearest(self, vec: np.ndarray, threshold: float) -> list[tuple[str, float]]:
+    def nearest(self, vec: np.ndarray, threshold: float, limit: int) -> list[tuple[str, float]]:
+        """The ``limit`` best rows at or above ``threshold``, best first."""
         n = len(self.ids)
-        if not self.slot or n == 0:
+        if not self.slot or limit < 1:
             return []
         sims = self.vecs[:n] @ vec
-        hits = np.flatnonzero(sims >= threshold)
-        out = [(self.ids[i], float(min(1.0, sims[i]))) for i in hits if self.ids[i] is not None]
-        out.sort(key=lambda r: -r[1])
-        return out  # type: ignore[return-value]
+        idx = np.flatnonzero((sims >= threshold) & self.alive[:n])
+        if idx.size > limit:
+            idx = idx[np.argpartition(-sims[idx], limit - 1)[:limit]]
+        idx = idx[np.argsort(-sims[idx], kind="stable")]
+        return [(self.ids[i], float(min(1.0, sims[i]))) for i in idx]  # type: ignore[misc]
 
 
 class ResidentVectors:
@@ -83,41 +87,42 @@ class ResidentVectors:
         self.max_rows = max_rows
         self._lock = threading.Lock()
         self._parts: dict[str, dict[str, _Partition]] = {t: {} for t in RESIDENT_TIERS}
-        self._meta: dict[str, dict[str, dict[str, Any]]] = {t: {} for t in RESIDENT_TIERS}  # row id -> metadata
-        self._part_of: dict[str, dict[str, str]] = {t: {} for t in RESIDENT_TIERS}
-        self._rows_of: dict[str, dict[str, set[str]]] = {t: {} for t in RESIDENT_TIERS}  # entry id -> row ids
+        self._part_of: dict[str, dict[str, str]] = {t: {} for t in RESIDENT_TIERS}  # row id -> partition
+        self._image_rows: dict[str, set[str]] = {}  # entry id -> its per-picture row ids (all such tiers)
         self._given_up: set[str] = set()
 
     def serves(self, tier: str) -> bool:
         return tier in self._parts and tier not in self._given_up and self._complete()
 
     def put(self, tier: str, rows: Iterable[tuple[str, Sequence[float], dict[str, Any]]]) -> None:
-        """Rows (id, vector, metadata) now in the store's ``tier``."""
+        """Rows (id, vector, metadata with the row's partition) now in the store's ``tier``."""
         if tier not in self._parts:
             return
+        per_image = BY_NAME[tier].rows == ROW_PER_IMAGE
         with self._lock:
             if tier in self._given_up:
                 return
             if not self._possible():
                 self._give_up(tier)
                 return
+            parts, part_of = self._parts[tier], self._part_of[tier]
             for rid, vec, meta in rows:
                 v = np.asarray(vec, np.float32)
-                part = str(meta.get(PART, ""))
-                old = self._part_of[tier].get(rid)
+                part = sys.intern(str(meta.get(PART, "")))  # one string per partition, not per row
+                old = part_of.get(rid)
                 if old is not None and old != part:
-                    self._parts[tier][old].drop(rid)
-                p = self._parts[tier].get(part)
-                if p is None or p.vecs.shape[1] != v.shape[0]:
-                    if p is not None:  # another model's vectors in this partition: not comparable
-                        self._give_up(tier)
-                        return
-                    p = self._parts[tier][part] = _Partition(int(v.shape[0]))
+                    parts[old].drop(rid)
+                p = parts.get(part)
+                if p is None:
+                    p = parts[part] = _Partition(int(v.shape[0]))
+                elif p.vecs.shape[1] != v.shape[0]:  # another model's vectors in one partition: not comparable
+                    self._give_up(tier)
+                    return
                 p.put(rid, v)
-                self._part_of[tier][rid] = part
-                self._meta[tier][rid] = {k: meta[k] for k in KEPT if k in meta}
-                self._rows_of[tier].setdefault(str(meta.get(ENTRY_ID) or rid), set()).add(rid)
-            if len(self._meta[tier]) > self.max_rows:
+                part_of[rid] = part
+                if per_image:
+                    self._image_rows.setdefault(entry_of_row(rid), set()).add(rid)
+            if len(part_of) > self.max_rows:
                 self._give_up(tier)
 
     def _give_up(self, tier: str) -> None:
@@ -125,51 +130,49 @@ class ResidentVectors:
         self._empty(tier)
 
     def _empty(self, tier: str) -> None:
-        for d in (self._parts, self._meta, self._part_of, self._rows_of):
-            d[tier].clear()
+        self._parts[tier].clear()
+        self._part_of[tier].clear()
 
     def forget_entries(self, entry_ids: Iterable[str]) -> None:
         """Every row of these entries (an entry's own row, or its per-picture rows)."""
-        gone = set(entry_ids)
         with self._lock:
-            for tier in RESIDENT_TIERS:
-                self._drop(tier, [rid for eid in gone for rid in self._rows_of[tier].get(eid, ())])
-
-    def forget_where(self, keep: Callable[[dict[str, Any]], bool]) -> None:
-        """Every row whose metadata ``keep`` rejects (a cleared scope or namespace)."""
-        with self._lock:
-            for tier in RESIDENT_TIERS:
-                self._drop(tier, [rid for rid, m in self._meta[tier].items() if not keep(m)])
+            for eid in set(entry_ids):
+                rows = self._image_rows.pop(eid, set())
+                for tier in RESIDENT_TIERS:
+                    self._drop(tier, rows if BY_NAME[tier].rows == ROW_PER_IMAGE else (eid,))
 
     def clear(self) -> None:
         with self._lock:
             for tier in RESIDENT_TIERS:
                 self._empty(tier)
+            self._image_rows.clear()
 
-    def _drop(self, tier: str, rids: list[str]) -> None:
+    def _drop(self, tier: str, rids: Iterable[str]) -> None:
+        part_of = self._part_of[tier]
         for rid in rids:
-            part = self._part_of[tier].pop(rid, None)
+            part = part_of.pop(rid, None)
             if part is not None:
                 self._parts[tier][part].drop(rid)
-            meta = self._meta[tier].pop(rid, None)
-            if meta is not None:
-                eid = str(meta.get(ENTRY_ID) or rid)
-                rows = self._rows_of[tier].get(eid)
-                if rows is not None:
-                    rows.discard(rid)
-                    if not rows:
-                        del self._rows_of[tier][eid]
 
     def nearest(self, tier: str, vec: np.ndarray, part: str, threshold: float,
                 k: int) -> list[tuple[str, float, dict[str, Any], None]]:
-        """Up to ``k`` + 1 rows of partition ``part`` at or above ``threshold``, best first
-        (one more than asked, so the caller knows whether more exist)."""
+        """Up to ``k`` + 1 rows of partition ``part`` at or above ``threshold``, best first,
+        with the metadata a lookup reads (one more than asked, so the caller knows whether
+        more exist; ``k`` = 0: the best one)."""
+        per_image = BY_NAME[tier].rows == ROW_PER_IMAGE
         with self._lock:
             p = self._parts[tier].get(part)
             if p is None or p.vecs.shape[1] != vec.shape[0]:
                 return []
-            found = p.nearest(np.asarray(vec, np.float32), threshold)[: k + 1]
-            return [(rid, sim, dict(self._meta[tier][rid]), None) for rid, sim in found]
+            found = p.nearest(np.asarray(vec, np.float32), threshold, k + 1)
+        out = []
+        for rid, sim in found:
+            meta: dict[str, Any] = {PART: part}
+            if per_image:
+                eid, _, idx = rid.rpartition("#")
+                meta.update({ENTRY_ID: eid, IDX: int(idx)})
+            out.append((rid, sim, meta, None))
+        return out
 
     def vectors(self, tier: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
         with self._lock:
@@ -180,3 +183,4 @@ class ResidentVectors:
                     p = self._parts[tier][part]
                     out[rid] = p.vecs[p.slot[rid]].copy()
             return out
+

@@ -65,15 +65,15 @@ class Tier:
     screens: Optional[str] = None  # the tier this one pre-screens for
     versioned: bool = False  # collection name carries the version of the vector space
     document: str = ""  # what the row's document holds (RESPONSE, IMAGE_EVIDENCE, or nothing)
-    resident: bool = False  # small vectors the only writer also holds in memory (resident.py)
+    resident: bool = False  # vectors the only writer also holds in memory (resident.py): not the image tower's
 
 
 TIERS: tuple[Tier, ...] = (
     Tier("exact", "exact", ROW_PER_ENTRY, vector=False, document=RESPONSE),
     Tier("l1", "l1", ROW_PER_ENTRY, vector=True, field="text_vec", model_field="text_model",
-         deferred="embed_text", partition="l1", family=TEXT_FAMILY),
+         deferred="embed_text", partition="l1", family=TEXT_FAMILY, resident=True),
     Tier("l1_static", "l1_static", ROW_PER_ENTRY, vector=True, field="static_vec", model_field="static_model",
-         partition="l1", family=TEXT_FAMILY, screens="l1", versioned=True),
+         partition="l1", family=TEXT_FAMILY, screens="l1", versioned=True, resident=True),
     Tier("l2_fprint", "l2_fprint", ROW_PER_IMAGE, vector=True, field="fprint_vecs", model_field="fprint_model",
          partition="l2_image", family=IMAGE_FAMILY, screens="l2_image", resident=True),
     Tier("l2_image", "l2_image", ROW_PER_IMAGE, vector=True, field="image_vecs", model_field="image_model",

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from mlc_integrations import CacheRequest, MLCEngine
+from mlc_integrations import CacheRequest, MLCEngine, TierOptions
 from mlc_integrations.store.resident import ResidentVectors
-from mlc_integrations.store.schema import ENTRY_ID, NS, PART, SCOPE
+from mlc_integrations.store.schema import ENTRY_ID, NS, PART, RESIDENT_TIERS, SCOPE
 from tests.helpers import count_store_calls, pattern
 
 QUESTION = "What color is the shape?"
-L2_READS = ("query l2_fprint", "get l2_fprint", "query l2_prompt", "get l2_prompt")
+L2_READS = tuple(f"{verb} {tier}" for verb in ("query", "get") for tier in RESIDENT_TIERS)
 
 
 def _unit(rng: np.random.Generator, dim: int) -> np.ndarray:
@@ -51,10 +51,25 @@ def test_deleted_and_cleared_rows_leave_at_once() -> None:
     left = {r[0] for r in res.nearest("l2_fprint", rows[0][1], "p", -1.0, k=20)}
     assert "e1#0" not in left and "e2#0" not in left and len(left) == 8
     assert set(res.vectors("l2_prompt", ["e1", "e3"])) == {"e3"}
-    res.forget_where(lambda m: m.get(NS) != "ns1")  # namespace ns1 cleared: the odd entries go
-    assert {r[0] for r in res.nearest("l2_fprint", rows[0][1], "p", -1.0, k=20)} == {"e0#0", "e4#0", "e6#0", "e8#0"}
     res.clear()
     assert res.nearest("l2_fprint", rows[0][1], "p", -1.0, k=20) == []
+
+
+def test_a_scoped_clear_leaves_the_other_scopes_entries_found_from_memory(make_engine) -> None:
+    eng = make_engine(durable=True)
+    for scope, answer in (("model-a", "red"), ("model-b", "blue")):
+        eng.update(CacheRequest(text=QUESTION, images=[pattern(1)], scope=scope), answer)
+        eng.update(CacheRequest(text="What is the capital of France?", scope=scope), f"Paris ({answer})")
+    eng.clear(scope="model-a")
+    seen = count_store_calls(eng)
+    near = pattern(1).resize((80, 80))
+    assert eng.lookup(CacheRequest(text=QUESTION, images=[near], scope="model-a")) is None
+    hit = eng.lookup(CacheRequest(text=QUESTION, images=[near], scope="model-b"))
+    assert hit is not None and hit.payload == "blue"
+    assert eng.lookup(CacheRequest(text="What's the capital of France?", scope="model-a")) is None
+    text_hit = eng.lookup(CacheRequest(text="What's the capital of France?", scope="model-b"))
+    assert text_hit is not None and text_hit.tier == "L1" and text_hit.payload == "Paris (blue)"
+    assert not [w for w in seen if w.split()[0] in ("query", "get") and w.split()[-1] in RESIDENT_TIERS], seen
 
 
 def test_it_serves_only_while_the_census_is_complete_and_below_its_bound() -> None:
@@ -132,3 +147,12 @@ def test_two_engines_on_one_directory_find_each_others_pictures_through_the_stor
     finally:
         a.close()
         b.close()
+
+
+def test_a_text_miss_says_how_close_it_came_from_memory(make_engine) -> None:
+    eng = make_engine(durable=True, image_encoder=None, tiers=TierOptions(l1_prescreen=None))
+    eng.update(CacheRequest(text="What is the capital of France?"), "Paris")
+    seen = count_store_calls(eng)
+    lk = eng.lookup_explained(CacheRequest(text="How long do I bake sourdough bread?"))
+    assert lk.hit is None and lk.notes["L1"].startswith("best cosine "), lk.notes
+    assert not [w for w in seen if w.split()[-1] in RESIDENT_TIERS], seen
