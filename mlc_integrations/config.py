@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
 
 from .store.eviction import DEFAULT_EVICTION_POLICY
+from .store.resident import MAX_RESIDENT_ROWS
 from .images import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGE_PIXELS
 from .store.chroma import DEFAULT_RETRY_INTERVAL, DEFAULT_SEARCH_EF, DEFAULT_TIMEOUT
 from .runtime.inflight import DEFAULT_WAIT_S
@@ -60,6 +61,9 @@ class StorageOptions:
     * ``client``: your own Chroma client (then ``persist_directory``/``chroma_host`` are
       unused); an HTTP client still gets ``timeout`` and the fail-fast policy.
     * ``eviction_policy``: which entries ``max_entries`` evicts first, ``"lru"`` or ``"fifo"``.
+    * ``vectors_in_memory``: where this process is the store's only writer, it also holds up
+      to this many rows of each small vector tier (L1's, L2's fingerprints and prompts) and
+      answers those queries from memory (docs/operations.md); 0: every query asks Chroma.
 
     Secrets (``token``, ``cloud_api_key``, ``headers``) are left out of the repr.
 
@@ -86,6 +90,14 @@ class StorageOptions:
     cloud_api_key: Optional[str] = field(default=None, repr=False)
     client: Any = None
     eviction_policy: str = DEFAULT_EVICTION_POLICY
+    vectors_in_memory: int = MAX_RESIDENT_ROWS
+
+    def __post_init__(self) -> None:
+        if isinstance(self.vectors_in_memory, bool) or not isinstance(self.vectors_in_memory, int) \
+                or self.vectors_in_memory < 0:
+            from .errors import ConfigurationError
+
+            raise ConfigurationError(f"vectors_in_memory must be a row count >= 0, not {self.vectors_in_memory!r}")
 
     def store_arguments(self) -> dict[str, Any]:
         """These options as :class:`~mlc_integrations.store.chroma.ChromaStore` keywords,

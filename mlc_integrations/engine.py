@@ -179,7 +179,7 @@ class MLCEngine:
         if evidence == "auto":  # where the cache lives: at rest unless the whole cache is in memory
             evidence = "memory" if self.store.mode == "ephemeral" else "store"
         self.entries = EntryStore(self.store, self._stats, on_deleted=self._forget, image_evidence=evidence,
-                                  sole_writer=self._sole_writer)
+                                  sole_writer=self._sole_writer, vectors_in_memory=storage.vectors_in_memory)
         self.eviction = Eviction(self.entries, self._stats, clock, max_entries=max_entries,
                                  policy=storage.eviction_policy)
         if not self.durable:

@@ -26,7 +26,7 @@ from ..errors import PayloadError
 from ..runtime.stats import EngineStats
 from . import schema
 from .census import PictureCensus
-from .resident import ResidentVectors
+from .resident import MAX_RESIDENT_ROWS, ResidentVectors
 from .crowding import Crowding
 from .chroma import ChromaStore
 from .schema import (ANSWER, CREATED_AT, DELETE_ORDER, ENTRY_ID, EXPIRES_AT, IDX, IMAGE_ROW_TIERS, IMGS, LAST_ACCESS, N_IMAGES, RESIDENT_TIERS,
@@ -265,7 +265,7 @@ class EntryStore:
     def __init__(self, store: ChromaStore, stats: EngineStats,
                  on_deleted: Optional[Callable[[list[str]], None]] = None, *,
                  image_evidence: str = "memory", evidence_memo_items: int = 4096,
-                 sole_writer: Optional[Callable[[], bool]] = None) -> None:
+                 sole_writer: Optional[Callable[[], bool]] = None, vectors_in_memory: int = MAX_RESIDENT_ROWS) -> None:
         """``image_evidence``: where the image-change descriptors live (a 96-px grey
         picture and a 24-px colour map: verify/image_change.py). ``"memory"`` (default):
         in this process only, bounded (``evidence_memo_items`` pictures, ~10 kB each),
@@ -291,7 +291,8 @@ class EntryStore:
         if store.mode == "ephemeral":  # collections of its own, created empty (chroma.py)
             self.census.start_empty()
         # L2's fingerprint and prompt vectors, answered from memory while the census is complete (resident.py).
-        self.resident = ResidentVectors(lambda: self.census.complete, possible=lambda: self.census.may_complete)
+        self.resident = ResidentVectors(lambda: self.census.complete, max_rows=vectors_in_memory,
+                                        possible=lambda: vectors_in_memory > 0 and self.census.may_complete)
 
     def attach_pending(self, pending: "PendingEntries") -> None:
         """Serve lookups from the write-behind queue too (its entries are the newest)."""

@@ -92,7 +92,7 @@ class ResidentVectors:
         self._given_up: set[str] = set()
 
     def serves(self, tier: str) -> bool:
-        return tier in self._parts and tier not in self._given_up and self._complete()
+        return tier in self._parts and tier not in self._given_up and self._possible() and self._complete()
 
     def put(self, tier: str, rows: Iterable[tuple[str, Sequence[float], dict[str, Any]]]) -> None:
         """Rows (id, vector, metadata with the row's partition) now in the store's ``tier``."""

@@ -322,7 +322,9 @@ def test_check_every_write_keeps_every_vector_findable_as_it_is_written() -> Non
 def test_engine_entry_lost_to_its_index_is_a_hit_again_after_the_check(make_engine) -> None:
     """The same provocation through the engine: the entry whose L1 vector is unreachable
     misses a reworded lookup (its own vector) until the store's check pins it."""
-    eng = make_engine(l1_threshold=0.9999, durable=True, image_encoder=None, verifier=None)  # one insert per update, in order: the geometry that provokes it
+    # Every query asks Chroma's index (an in-memory copy of the vectors would search them exactly).
+    eng = make_engine(l1_threshold=0.9999, durable=True, image_encoder=None, verifier=None,
+                      storage=StorageOptions(vectors_in_memory=0))  # one insert per update, in order: the geometry that provokes it
     x = _cluster()
     for i, v in enumerate(x):
         eng.update(CacheRequest(text=f"question {i}", text_embedding=v.tolist()), {"i": i})

@@ -5,6 +5,7 @@ answering once another writer may exist."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from mlc_integrations import CacheRequest, MLCEngine, TierOptions
 from mlc_integrations.store.resident import ResidentVectors
@@ -156,3 +157,17 @@ def test_a_text_miss_says_how_close_it_came_from_memory(make_engine) -> None:
     lk = eng.lookup_explained(CacheRequest(text="How long do I bake sourdough bread?"))
     assert lk.hit is None and lk.notes["L1"].startswith("best cosine "), lk.notes
     assert not [w for w in seen if w.split()[-1] in RESIDENT_TIERS], seen
+
+
+def test_vectors_in_memory_zero_asks_the_store_and_a_bad_value_is_refused(make_engine) -> None:
+    from mlc_integrations import ConfigurationError, StorageOptions
+
+    eng = make_engine(durable=True, image_encoder=None, storage=StorageOptions(vectors_in_memory=0))
+    eng.update(CacheRequest(text="What is the capital of France?"), "Paris")
+    assert not eng.entries.resident.serves("l1")
+    seen = count_store_calls(eng)
+    hit = eng.lookup(CacheRequest(text="What's the capital of France?"))
+    assert hit is not None and hit.tier == "L1" and "query l1" in seen
+    for bad in (-1, 2.5, True, "many"):
+        with pytest.raises(ConfigurationError):
+            StorageOptions(vectors_in_memory=bad)
