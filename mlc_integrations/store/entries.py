@@ -373,13 +373,11 @@ class EntryStore:
         if not clauses:
             self._evidence.clear()
             self.hot.clear()
-            self.resident.clear()
         else:
             self.hot.forget_where(lambda m: not ((scope_key is None or m.get(SCOPE) == scope_key)
                                                  and (ns_key is None or m.get(NS) == ns_key)))
-            self.resident.clear()  # it keeps no keys: what the store still holds is read again
-            if self.census.complete:
-                self._load_resident(pictures=True)
+        # It keeps no keys: what the store still holds (and what is written meanwhile) is read again.
+        self.resident.refill(lambda: self._load_resident(pictures=True))
 
     def write_last_access(self, pending: dict[str, float]) -> None:
         """Persist buffered last-access times (never moving one backwards)."""
@@ -536,12 +534,12 @@ class EntryStore:
         # Pending rows are read before the store: an entry the writer moves from one to the
         # other meanwhile is then seen in at least one of them.
         pending = self.pending.neighbours(tier, vec, part, threshold) if self.pending is not None else []
-        if self.resident.serves(tier):  # every row is held here (resident.py): exact, no round trip
-            k = SEARCH_STEPS[-1][1]
-            rows = self.resident.nearest(tier, vec, part, threshold, k)
-            if best_below is not None and not rows and not pending:
-                best_below.extend(s for _i, s, _m, _d in self.resident.nearest(tier, vec, part, -2.0, 0))
-            return _newest([(i, s, m) for i, s, m, _d in rows[:k]], pending), len(rows) <= k
+        k = SEARCH_STEPS[-1][1]
+        held = self.resident.nearest(tier, vec, part, threshold, k)
+        if held is not None:  # every row is held here (resident.py): exact, no round trip
+            if best_below is not None and not held and not pending:
+                best_below.extend(s for _i, s, _m, _d in self.resident.nearest(tier, vec, part, -2.0, 0) or [])
+            return _newest([(i, s, m) for i, s, m, _d in held[:k]], pending), len(held) <= k
         steps = SEARCH_STEPS[-1:] if self.crowding.filtered_first(tier) else SEARCH_STEPS
         for filtered, k in steps:
             where = {PART: part} if filtered else None
@@ -586,11 +584,11 @@ class EntryStore:
         include = ["distances", "metadatas"] + (["documents"] if documents else [])
         pending = self.pending.neighbours(tier, vec, part, threshold) if self.pending is not None else []
         mine: list[tuple[str, float, dict[str, Any], Optional[str]]] = []
-        if not documents and self.resident.serves(tier):
+        held = None if documents else self.resident.nearest(tier, vec, part, threshold, k)
+        if held is not None:
             # Every row of the tier is held here: exact, and one more than asked says whether more exist.
-            mine = self.resident.nearest(tier, vec, part, threshold, k)
             newer = {rid for rid, _s, _m in pending}
-            mine = [r for r in mine if r[0] not in newer] + [(rid, s, m, None) for rid, s, m in pending]
+            mine = [r for r in held if r[0] not in newer] + [(rid, s, m, None) for rid, s, m in pending]
             mine.sort(key=lambda r: -r[1])
             return mine[:k], len(mine) > k
         filtered_first = self.crowding.filtered_first(tier)
@@ -630,8 +628,9 @@ class EntryStore:
         row (filtered, k=1: its cost grows with the partition's size, so it is the fallback)."""
         if self.pending is not None and self.pending.neighbours(tier, vec, part, threshold):
             return True
-        if self.resident.serves(tier):
-            return bool(self.resident.nearest(tier, vec, part, threshold, 0))
+        held = self.resident.nearest(tier, vec, part, threshold, 0)
+        if held is not None:
+            return bool(held)
         emb = [vec.tolist()]
         col = self.store.collection(tier, dim=int(vec.shape[0]), model=model)
         if not self.crowding.filtered_first(tier):
@@ -699,8 +698,9 @@ class EntryStore:
         rest = [i for i in ids if i not in out]
         if not rest:
             return out
-        if self.resident.serves(tier):  # every row is held here: one not here is not stored
-            out.update(self.resident.vectors(tier, rest))
+        held = self.resident.vectors(tier, rest)
+        if held is not None:  # every row is held here: one not here is not stored
+            out.update(held)
             return out
         res = self.store.call(f"get {tier}", lambda: self.store.collection(tier).get(ids=rest, include=["embeddings"]))
         embs = res.get("embeddings")

@@ -12,8 +12,8 @@ write and before the write-behind queue lets it go (so a lookup sees each row in
 here, or both). Queries are then exact cosines over the partition's rows in numpy. The
 image tower's 1,280-d vectors stay in Chroma only.
 
-Deleted entries leave at once; after a scoped ``clear`` the tiers are read again (the
-rows keep no keys here: a vector and its partition). A row whose entry
+Deleted entries leave at once; after a ``clear`` the tiers are read again (the rows keep
+no keys here: a vector and its partition), the store answering meanwhile. A row whose entry
 expired or was removed otherwise only costs a candidate whose entry read says "absent"
 -- never a hit (the entry read decides, as for a row Chroma returns). Past
 :data:`MAX_RESIDENT_ROWS` rows in one tier this process stops keeping that tier (the memory
@@ -90,9 +90,13 @@ class ResidentVectors:
         self._part_of: dict[str, dict[str, str]] = {t: {} for t in RESIDENT_TIERS}  # row id -> partition
         self._image_rows: dict[str, set[str]] = {}  # entry id -> its per-picture row ids (all such tiers)
         self._given_up: set[str] = set()
+        self._refilling = 0
 
     def serves(self, tier: str) -> bool:
-        return tier in self._parts and tier not in self._given_up and self._possible() and self._complete()
+        """Whether the queries of ``tier`` are answered here now (:meth:`nearest` and
+        :meth:`vectors` decide under their lock, and say None when they are not)."""
+        return (tier in self._parts and tier not in self._given_up and not self._refilling and self._possible()
+                and self._complete())
 
     def put(self, tier: str, rows: Iterable[tuple[str, Sequence[float], dict[str, Any]]]) -> None:
         """Rows (id, vector, metadata with the row's partition) now in the store's ``tier``."""
@@ -141,11 +145,24 @@ class ResidentVectors:
                 for tier in RESIDENT_TIERS:
                     self._drop(tier, rows if BY_NAME[tier].rows == ROW_PER_IMAGE else (eid,))
 
-    def clear(self) -> None:
+    def refill(self, read: Callable[[], None]) -> None:
+        """Forget every row and hold what ``read`` puts back (the store's rows, read after a
+        clear). Meanwhile lookups ask the store: a half-read tier must not answer. A write
+        concurrent with the refill is kept: its row was in the store before it was put here."""
         with self._lock:
+            self._refilling += 1
             for tier in RESIDENT_TIERS:
                 self._empty(tier)
             self._image_rows.clear()
+        if not self._possible():  # nothing would be kept
+            with self._lock:
+                self._refilling -= 1
+            return
+        try:
+            read()
+        finally:
+            with self._lock:
+                self._refilling -= 1
 
     def _drop(self, tier: str, rids: Iterable[str]) -> None:
         part_of = self._part_of[tier]
@@ -155,15 +172,19 @@ class ResidentVectors:
                 self._parts[tier][part].drop(rid)
 
     def nearest(self, tier: str, vec: np.ndarray, part: str, threshold: float,
-                k: int) -> list[tuple[str, float, dict[str, Any], None]]:
+                k: int) -> Optional[list[tuple[str, float, dict[str, Any], None]]]:
         """Up to ``k`` + 1 rows of partition ``part`` at or above ``threshold``, best first,
         with the metadata a lookup reads (one more than asked, so the caller knows whether
-        more exist; ``k`` = 0: the best one)."""
+        more exist; ``k`` = 0: the best one). None: not answered here now (ask the store)."""
         per_image = BY_NAME[tier].rows == ROW_PER_IMAGE
         with self._lock:
+            if not self.serves(tier):
+                return None
             p = self._parts[tier].get(part)
-            if p is None or p.vecs.shape[1] != vec.shape[0]:
+            if p is None:
                 return []
+            if p.vecs.shape[1] != vec.shape[0]:
+                return None  # another model's vectors: the store's collection check says so
             found = p.nearest(np.asarray(vec, np.float32), threshold, k + 1)
         out = []
         for rid, sim in found:
@@ -174,8 +195,11 @@ class ResidentVectors:
             out.append((rid, sim, meta, None))
         return out
 
-    def vectors(self, tier: str, ids: Sequence[str]) -> dict[str, np.ndarray]:
+    def vectors(self, tier: str, ids: Sequence[str]) -> Optional[dict[str, np.ndarray]]:
+        """The held vectors of rows ``ids`` (a row not here is not stored); None: ask the store."""
         with self._lock:
+            if not self.serves(tier):
+                return None
             out = {}
             for rid in ids:
                 part = self._part_of[tier].get(rid)

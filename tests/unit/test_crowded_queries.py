@@ -2,11 +2,12 @@
 question asked in many namespaces, or about many pictures) queries its own partition first.
 
 The answer is the same either way (the filtered query was already the fallback); what
-changes is one storage round trip per lookup."""
+changes is one storage round trip per lookup. (The engines here ask Chroma on every query:
+the only writer's in-memory copy of the vectors, store/resident.py, asks it nothing.)"""
 
 from __future__ import annotations
 
-from mlc_integrations import CacheRequest, TierOptions
+from mlc_integrations import CacheRequest, StorageOptions, TierOptions
 from mlc_integrations.store.crowding import CROWD_RESAMPLE, CROWD_WINDOW
 
 QUESTION = "How do I cancel my subscription?"
@@ -26,7 +27,8 @@ def _queries(eng, tier: str) -> list[str]:
 
 
 def test_crowded_l1_queries_go_to_the_partition_first_and_find_the_same_entry(make_engine) -> None:
-    eng = make_engine(durable=True, tiers=TierOptions(exact=False, l1_prescreen=None))
+    eng = make_engine(durable=True, tiers=TierOptions(exact=False, l1_prescreen=None),
+                      storage=StorageOptions(vectors_in_memory=0))
     for i in range(40):  # the same question in 40 tenants: the unfiltered top 16 is all other tenants (exact tier off: L1 answers the repeat)
         eng.update(CacheRequest(text=QUESTION, namespace=f"tenant-{i}"), f"answer for tenant {i}")
     seen = _queries(eng, "l1")
@@ -43,7 +45,8 @@ def test_crowded_l1_queries_go_to_the_partition_first_and_find_the_same_entry(ma
 
 
 def test_uncrowded_queries_stay_unfiltered(make_engine) -> None:
-    eng = make_engine(durable=True, tiers=TierOptions(exact=False, l1_prescreen=None))
+    eng = make_engine(durable=True, tiers=TierOptions(exact=False, l1_prescreen=None),
+                      storage=StorageOptions(vectors_in_memory=0))
     eng.update(CacheRequest(text=QUESTION), "Settings > Billing > Cancel.")
     seen = _queries(eng, "l1")
     for _ in range(CROWD_WINDOW + CROWD_RESAMPLE):

@@ -52,8 +52,23 @@ def test_deleted_and_cleared_rows_leave_at_once() -> None:
     left = {r[0] for r in res.nearest("l2_fprint", rows[0][1], "p", -1.0, k=20)}
     assert "e1#0" not in left and "e2#0" not in left and len(left) == 8
     assert set(res.vectors("l2_prompt", ["e1", "e3"])) == {"e3"}
-    res.clear()
-    assert res.nearest("l2_fprint", rows[0][1], "p", -1.0, k=20) == []
+
+
+def test_a_refill_answers_nothing_from_memory_until_the_store_was_read_again() -> None:
+    res = ResidentVectors(lambda: True)
+    rows = _rows(10)
+    res.put("l2_fprint", rows)
+    during: list[bool] = []
+
+    def read() -> None:  # what the store still holds after a clear
+        during.append(res.serves("l2_fprint"))
+        # a lookup meanwhile is told to ask the store (None), never answered from a half-read tier
+        during.append(res.nearest("l2_fprint", rows[0][1], "p", -1.0, k=8) is None)
+        res.put("l2_fprint", rows[:3])
+
+    res.refill(read)
+    assert during == [False, True] and res.serves("l2_fprint")
+    assert {r[0] for r in res.nearest("l2_fprint", rows[0][1], "p", -1.0, k=20)} == {"e0#0", "e1#0", "e2#0"}
 
 
 def test_a_scoped_clear_leaves_the_other_scopes_entries_found_from_memory(make_engine) -> None:
@@ -87,7 +102,7 @@ def test_it_serves_only_while_the_census_is_complete_and_below_its_bound() -> No
 def test_once_another_writer_may_exist_no_row_is_kept() -> None:
     res = ResidentVectors(lambda: False, possible=lambda: False)
     res.put("l2_fprint", _rows(3))
-    assert res.nearest("l2_fprint", _rows(3)[0][1], "p", -1.0, k=8) == []
+    assert res.nearest("l2_fprint", _rows(3)[0][1], "p", -1.0, k=8) is None  # the store answers
 
 
 def test_vectors_of_another_size_in_one_partition_stop_it_serving_that_tier() -> None:
