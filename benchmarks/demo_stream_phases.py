@@ -6,17 +6,21 @@ Runs one of the demo's streams (``vqa``, ``camera``, ``camera-video``) through
 fingerprint neighbours and candidates, the image judge, the store's reads. Times are wall
 clock inside the lookup, whichever thread spent them (the write-behind writer's work shows
 up where it ran beside a lookup). ``--pause`` waits that long after building the cache, as
-the demo's later streams find the process warm.
+the demo's later streams find the process warm. ``--profile`` runs the lookups under
+cProfile instead (which inflates Python-heavy code: read its shares, not its times) and
+prints the functions by cumulative time.
 
-    python benchmarks/demo_stream_phases.py camera-video [--pause 3]
+    python benchmarks/demo_stream_phases.py camera-video [--pause 3] [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import cProfile
 import functools
 import os
+import pstats
 import tempfile
 import time
 from typing import Any, Callable
@@ -26,6 +30,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("stream", choices=("vqa", "camera", "camera-video"))
     p.add_argument("--pause", type=float, default=0.0)
+    p.add_argument("--profile", action="store_true")
     args = p.parse_args()
 
     import torch
@@ -78,10 +83,18 @@ def main() -> int:
     kinds: collections.Counter[str] = collections.Counter()
     lookup = lc.MultimodalSemanticCache.lookup
 
+    profile = cProfile.Profile() if args.profile else None
+
     def per_lookup(self: Any, *a: Any, **k: Any) -> Any:
         spent.clear()
         t0 = time.perf_counter()
-        out = lookup(self, *a, **k)
+        if profile is not None:
+            profile.enable()
+        try:
+            out = lookup(self, *a, **k)
+        finally:
+            if profile is not None:
+                profile.disable()
         kind = "hit" if out is not None else "miss"
         kinds[kind] += 1
         totals[(kind, "lookup (all of it)")] += (time.perf_counter() - t0) * 1000.0
@@ -93,6 +106,9 @@ def main() -> int:
     res = run_workload(wl, cache, backend, config="phases")
     print(f"{args.stream}: {res.hits}/{res.n} hits, {res.wrong_hits} wrong, wall {res.wall_s:.1f} s, "
           f"load {os.getloadavg()[0]:.2f}")
+    if profile is not None:
+        pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
+        return 0
     for kind in ("hit", "miss"):
         rows = sorted(((w, ms) for (k, w), ms in totals.items() if k == kind), key=lambda r: -r[1])
         for what, ms in rows:
