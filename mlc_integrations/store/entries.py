@@ -290,7 +290,7 @@ class EntryStore:
         self.census = PictureCensus(sole_writer if sole_writer is not None else (lambda: False))
         if store.mode == "ephemeral":  # collections of its own, created empty (chroma.py)
             self.census.start_empty()
-        # L2's fingerprint and prompt vectors, answered from memory while the census is complete (resident.py).
+        # The small vector tiers, answered from memory while the census is complete (resident.py).
         self.resident = ResidentVectors(lambda: self.census.complete, max_rows=vectors_in_memory,
                                         possible=lambda: vectors_in_memory > 0 and self.census.may_complete)
 
@@ -409,6 +409,8 @@ class EntryStore:
             if res["ids"]:  # stored before this process: read once, held here (resident.py)
                 self._load_resident(any(int((m or {}).get(N_IMAGES, 0) or 0) for m in res["metadatas"]))
             self.census.load(str((m or {}).get(IMGS, "")) for m in res["metadatas"])
+        else:
+            self.resident.stop()  # the census will not be complete: rows kept here would never answer
         return len(res["ids"])
 
     def _load_resident(self, pictures: bool) -> None:

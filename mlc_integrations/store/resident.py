@@ -129,6 +129,13 @@ class ResidentVectors:
             if len(part_of) > self.max_rows:
                 self._give_up(tier)
 
+    def stop(self) -> None:
+        """Keep no rows from now on (the store is too large to be held whole)."""
+        with self._lock:
+            for tier in RESIDENT_TIERS:
+                self._give_up(tier)
+            self._image_rows.clear()
+
     def _give_up(self, tier: str) -> None:
         self._given_up.add(tier)
         self._empty(tier)

@@ -186,3 +186,17 @@ def test_vectors_in_memory_zero_asks_the_store_and_a_bad_value_is_refused(make_e
     for bad in (-1, 2.5, True, "many"):
         with pytest.raises(ConfigurationError):
             StorageOptions(vectors_in_memory=bad)
+
+
+def test_a_store_larger_than_the_warm_start_reads_is_always_asked(make_engine, tmp_path) -> None:
+    first = make_engine(persist_directory=str(tmp_path), durable=True, image_encoder=None)
+    for i in range(3):
+        first.update(CacheRequest(text=f"question number {i}"), f"answer {i}")
+    first.close()
+    again = make_engine(persist_directory=str(tmp_path), durable=True, image_encoder=None, warm_start=False)
+    assert again.entries.preload(limit=2) == 2  # the warm start's read, of a store larger than it reads
+    again.update(CacheRequest(text="question number 3"), "answer 3")
+    assert not again.entries.census.complete and not again.entries.resident.serves("l1")
+    assert again.entries.resident.vectors("l1", [again.key(CacheRequest(text="question number 3")).entry_id]) is None
+    hit = again.lookup(CacheRequest(text="question number 1, please"))
+    assert hit is not None and hit.payload == "answer 1"  # the store answers
