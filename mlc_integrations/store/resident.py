@@ -33,7 +33,6 @@ from .schema import BY_NAME, ENTRY_ID, IDX, PART, RESIDENT_TIERS, ROW_PER_IMAGE,
 MAX_RESIDENT_ROWS = 5_000  # per tier: all four full hold 46 MB (benchmarks/resident_memory.py)
 
 
-
 class _Partition:
     """The rows of one partition: a growing matrix, dead slots masked."""
 
@@ -42,15 +41,20 @@ class _Partition:
         self.alive = np.zeros(4, bool)
         self.ids: list[Optional[str]] = []
         self.slot: dict[str, int] = {}
+        self.free: list[int] = []  # slots of dropped rows, reused first (churn does not grow the matrix)
 
     def put(self, rid: str, vec: np.ndarray) -> None:
         i = self.slot.get(rid)
         if i is None:
-            i = len(self.ids)
-            if i == self.vecs.shape[0]:
-                self.vecs = np.concatenate([self.vecs, np.zeros_like(self.vecs)])
-                self.alive = np.concatenate([self.alive, np.zeros_like(self.alive)])
-            self.ids.append(rid)
+            if self.free:
+                i = self.free.pop()
+                self.ids[i] = rid
+            else:
+                i = len(self.ids)
+                if i == self.vecs.shape[0]:
+                    self.vecs = np.concatenate([self.vecs, np.zeros_like(self.vecs)])
+                    self.alive = np.concatenate([self.alive, np.zeros_like(self.alive)])
+                self.ids.append(rid)
             self.slot[rid] = i
         self.vecs[i] = vec
         self.alive[i] = True
@@ -60,6 +64,7 @@ class _Partition:
         if i is not None:
             self.ids[i] = None
             self.alive[i] = False
+            self.free.append(i)
 
     def nearest(self, vec: np.ndarray, threshold: float, limit: int) -> list[tuple[str, float]]:
         """The ``limit`` best rows at or above ``threshold``, best first."""
@@ -134,7 +139,6 @@ class ResidentVectors:
         with self._lock:
             for tier in RESIDENT_TIERS:
                 self._give_up(tier)
-            self._image_rows.clear()
 
     def _give_up(self, tier: str) -> None:
         self._given_up.add(tier)
@@ -143,6 +147,8 @@ class ResidentVectors:
     def _empty(self, tier: str) -> None:
         self._parts[tier].clear()
         self._part_of[tier].clear()
+        if BY_NAME[tier].rows == ROW_PER_IMAGE:
+            self._image_rows.clear()
 
     def forget_entries(self, entry_ids: Iterable[str]) -> None:
         """Every row of these entries (an entry's own row, or its per-picture rows)."""
@@ -160,7 +166,6 @@ class ResidentVectors:
             self._refilling += 1
             for tier in RESIDENT_TIERS:
                 self._empty(tier)
-            self._image_rows.clear()
         if not self._possible():  # nothing would be kept
             with self._lock:
                 self._refilling -= 1

@@ -54,6 +54,18 @@ def test_deleted_and_cleared_rows_leave_at_once() -> None:
     assert set(res.vectors("l2_prompt", ["e1", "e3"])) == {"e3"}
 
 
+def test_entries_deleted_and_written_again_and_again_do_not_grow_the_memory() -> None:
+    res = ResidentVectors(lambda: True)
+    for rnd in range(50):  # a cache at its max_entries: every write evicts an older entry
+        rows = _rows(8, seed=rnd, name=f"r{rnd}-")
+        res.put("l2_fprint", rows)
+        res.forget_entries([m[ENTRY_ID] for _rid, _v, m in rows])
+    res.put("l2_fprint", _rows(8, seed=99))
+    part = res._parts["l2_fprint"]["p"]
+    assert len(part.ids) == 8 and part.vecs.shape[0] == 8  # the slots of the gone rows were reused
+    assert len(res.nearest("l2_fprint", _rows(1, seed=99)[0][1], "p", -1.0, k=20)) == 8
+
+
 def test_a_refill_answers_nothing_from_memory_until_the_store_was_read_again() -> None:
     res = ResidentVectors(lambda: True)
     rows = _rows(10)
