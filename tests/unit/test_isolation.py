@@ -116,6 +116,20 @@ def _all_bytes(directory: Path) -> bytes:
     return b"".join(p.read_bytes() for p in sorted(directory.rglob("*")) if p.is_file())
 
 
+def _where_found(directory: Path) -> list[str]:
+    """Which file holds which needle, at what offset, with the bytes around it (a failure's
+    evidence: a row Chroma wrote, or bytes of memory a storage engine wrote unset)."""
+    out = []
+    for p in sorted(directory.rglob("*")):
+        if p.is_file():
+            data = p.read_bytes()
+            for n in _needles():
+                i = data.find(n)
+                if i >= 0:
+                    out.append(f"{p.relative_to(directory)} @{i}: {data[max(0, i - 48):i + len(n) + 48]!r}")
+    return out
+
+
 def _needles() -> list[bytes]:
     words = [w for w in (SECRET_PROMPT + " " + SECRET_CONTEXT).replace(",", " ").split() if len(w) >= 7]
     forms = {SECRET_PROMPT, SECRET_PROMPT.casefold(), SECRET_CONTEXT, *words, *(w.casefold() for w in words)}
@@ -142,5 +156,5 @@ def test_store_prompts_false_writes_no_prompt_text_to_disk(make_engine: Any, tmp
         # ...but the context is only ever stored as a digest.
         assert not any("5555-0199" in f or "account" in f for f in found)
     else:
-        assert found == [], found
+        assert found == [], (found, _where_found(d))
         assert hit.matched_text is None
