@@ -242,6 +242,17 @@ def _rows(group: Sequence[NewEntry], tier: str) -> tuple[list[str], list[list[fl
     return ids, vecs, metas, docs
 
 
+def _with_pending(rows: list[tuple[str, float, dict[str, Any], Optional[str]]],
+                  pending: list[tuple[str, float, dict[str, Any]]]) -> list[tuple[str, float, dict[str, Any], Optional[str]]]:
+    """Stored rows (id, similarity, metadata, document) plus pending ones, best first (a
+    pending row is the newer version of a stored one with its id)."""
+    if not pending:
+        return rows
+    newer = {rid for rid, _s, _m in pending}
+    return sorted([r for r in rows if r[0] not in newer] + [(rid, s, m, None) for rid, s, m in pending],
+                  key=lambda r: -r[1])
+
+
 def _newest(rows: list[tuple[str, float, dict[str, Any]]],
             pending: list[tuple[str, float, dict[str, Any]]]) -> list[tuple[str, float, dict[str, Any]]]:
     """Stored rows plus pending ones (a pending row is the newer version), best first."""
@@ -589,9 +600,7 @@ class EntryStore:
         held = None if documents else self.resident.nearest(tier, vec, part, threshold, k)
         if held is not None:
             # Every row of the tier is held here: exact, and one more than asked says whether more exist.
-            newer = {rid for rid, _s, _m in pending}
-            mine = [r for r in held if r[0] not in newer] + [(rid, s, m, None) for rid, s, m in pending]
-            mine.sort(key=lambda r: -r[1])
+            mine = _with_pending(held, pending)
             return mine[:k], len(mine) > k
         filtered_first = self.crowding.filtered_first(tier)
         for where in (({PART: part},) if filtered_first else (None, {PART: part})):
@@ -615,10 +624,7 @@ class EntryStore:
                     self._stats.incr(f"search_filtered_{tier}")  # other partitions crowd the top-k
                     continue
             break
-        if pending:
-            newer = {rid for rid, _s, _m in pending}
-            mine = [r for r in mine if r[0] not in newer] + [(rid, s, m, None) for rid, s, m in pending]
-            mine.sort(key=lambda r: -r[1])
+        mine = _with_pending(mine, pending)
         return mine[:k], len(mine) >= k
 
     def any_within(self, tier: str, vec: np.ndarray, part: str, threshold: float, model: str) -> bool:
