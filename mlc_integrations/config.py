@@ -119,10 +119,12 @@ class WriteOptions:
     """The write path (``durable=True`` on the engine writes before ``update()`` returns).
 
     * ``max_pending``: write-behind queue bound; ``update()`` waits when it is full.
-    * ``store_prompts``: ``False`` keeps no raw prompt text in Chroma (keys, embeddings and
-      responses only).
+    * ``store_prompts``: ``False`` hands Chroma no raw prompt text (keys, embeddings and
+      responses only). Embedded Chroma's HNSW files can still hold freed memory of the
+      process, prompts included (docs/operations.md, "Tenants and privacy": a Chroma
+      server, or ``MALLOC_PERTURB_`` on Linux, keeps them out).
 
-    Example: bursts of writes, no prompt text at rest::
+    Example: bursts of writes, no prompt text handed to storage::
 
         MLCEngine(persist_directory=".mlc_cache", writes=WriteOptions(max_pending=2048, store_prompts=False))
     """
