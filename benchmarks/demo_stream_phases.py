@@ -41,7 +41,7 @@ def main() -> int:
     import mlc_integrations.tiers.exact as exact
     import mlc_integrations.tiers.multimodal as mm
     import mlc_integrations.tiers.text as text
-    import mlc_integrations.verify.image_change as ic
+    import mlc_integrations.verify.image_change.verifier as ic
     from evaluation.harness.experiments import backend_for, warm_models
     from evaluation.harness.runner import run_workload
     from evaluation.harness.workloads import build

@@ -62,13 +62,13 @@ def reference_encoder() -> Callable[[int], float]:
 def _shares(prof: cProfile.Profile, lookup_total: float) -> dict[str, float]:
     """Cumulative seconds of the functions that matter, as shares of the lookups' time."""
     st = pstats.Stats(prof)
-    want = {"compare": ("image_change.py", "compare"), "verify": ("image_change.py", "verify"),
-            "align": ("image_change.py", "align"), "tower": ("image_towers.py", "embed_images"),
+    want = {"compare": ("image_change/change_map.py", "compare"), "verify": ("image_change/verifier.py", "verify"),
+            "align": ("image_change/alignment.py", "align"), "tower": ("image_towers.py", "embed_images"),
             "chroma query": ("entries.py", "nearest"), "fetch": ("entries.py", "fetch"),
             "tier lookups (L0.5 + L1 + L2)": ("base.py", "lookup"), "image check": ("multimodal.py", "_image_check"),
             "fingerprint stage": ("multimodal.py", "_fingerprint_stage"),
-            "encoder stage": ("multimodal.py", "_encoder_stage"), "prescreen": ("image_change.py", "prescreen"),
-            "describe": ("image_change.py", "describe"), "decode": ("images.py", "pil")}
+            "encoder stage": ("multimodal.py", "_encoder_stage"), "prescreen": ("image_change/histograms.py", "prescreen"),
+            "describe": ("image_change/descriptor.py", "describe"), "decode": ("images.py", "pil")}
     out: dict[str, float] = {}
     for (fn, _line, name), (_cc, _nc, _tt, ct, _callers) in st.stats.items():  # type: ignore[attr-defined]
         for label, (f, n) in want.items():

@@ -767,8 +767,9 @@ def measure_staged(pairs: Sequence[Pair], encoder: Optional[str] = "efficientnet
     rule: the early bounds, the change map at scale 1 (``s1_*``), and at the best other
     scale (``s2_*``, only when the scale-1 peak is not confident), and the global cosine."""
     from mlc_integrations.images import pixel_digest
-    from mlc_integrations.verify.image_change import (ANGLES, CONFIDENT_PEAK, SCALES, _grey01, _spectrum_of, align,
-                                                      is_flat, prescreen)
+    from mlc_integrations.verify.image_change import ANGLES, CONFIDENT_PEAK, SCALES, align, is_flat, prescreen
+    from mlc_integrations.verify.image_change.alignment import spectrum_of
+    from mlc_integrations.verify.image_change.descriptor import grey01
 
     enc = None
     if encoder:
@@ -789,8 +790,8 @@ def measure_staged(pairs: Sequence[Pair], encoder: Optional[str] = "efficientnet
         if is_flat(ds, dn):
             reps = {"s1": compare(ds, dn)}
         else:
-            a, b = _grey01(ds), _grey01(dn)
-            sp = (_spectrum_of(ds), _spectrum_of(dn))
+            a, b = grey01(ds), grey01(dn)
+            sp = (spectrum_of(ds), spectrum_of(dn))
             al1 = align(a, b, scales=(1.0,), spectra=sp)
             reps = {"s1": compare(ds, dn, al1)}
             if al1.peak <= CONFIDENT_PEAK:

@@ -197,7 +197,7 @@ class TierEncoders:
         return v
 
     def image_descriptors(self, kr: KeyedRequest) -> list[ImageDescriptor]:
-        """Image-change descriptors of the request's pictures (verify/image_change.py), one
+        """Image-change descriptors of the request's pictures (verify/image_change/descriptor.py), one
         each; computed only when an L2 candidate is verified or the entry is written."""
         v = kr.features.get("image_desc")
         if v is None:

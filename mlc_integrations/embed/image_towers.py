@@ -90,7 +90,7 @@ class EfficientNetLiteCard:
 # the strictest cosine, on 0.01 steps, that still reuses 97 % of the calibration half's
 # near-duplicates of real photos; different photos peak at 0.62-0.70 over all pairs, far
 # below. docs/results/photos.md reports the held-out half and the related pairs.
-# Lite0's is lower since L2 compares candidates locally (verify/image_change.py, issue 24):
+# Lite0's is lower since L2 compares candidates locally (verify/image_change/):
 # 0.60 is calibrated together with that verifier's rule on the train split of labelled
 # real-picture pairs (`python -m evaluation.training.image_pairs`, docs/results/image_pairs.md);
 # with the image verifier off, pass l2_image_threshold=0.87 (the global-only value).

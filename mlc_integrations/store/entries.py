@@ -278,7 +278,7 @@ class EntryStore:
                  image_evidence: str = "memory", evidence_memo_items: int = 4096,
                  sole_writer: Optional[Callable[[], bool]] = None, vectors_in_memory: int = MAX_RESIDENT_ROWS) -> None:
         """``image_evidence``: where the image-change descriptors live (a 96-px grey
-        picture and a 24-px colour map: verify/image_change.py). ``"memory"`` (default):
+        picture and a 24-px colour map: verify/image_change/descriptor.py). ``"memory"`` (default):
         in this process only, bounded (``evidence_memo_items`` pictures, ~10 kB each),
         never at rest -- an entry whose descriptor is not here (another process's, from
         before a restart, or evicted) is not reused through L2 (a counted refusal).

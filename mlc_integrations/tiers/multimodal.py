@@ -1,6 +1,6 @@
 """L2: same scope, namespace and context; a stored picture near the new one and a prompt
 near the new one, then the image-change verifier compares the pictures locally
-(verify/image_change.py: a changed region refuses) and the verifier decides on the texts.
+(verify/image_change/: a changed region refuses) and the verifier decides on the texts.
 
 Near stored pictures are found two ways, the cheap one first:
 

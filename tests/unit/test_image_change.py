@@ -321,15 +321,15 @@ def test_histograms_that_cannot_match_are_refused_before_any_alignment() -> None
 
 def test_the_early_bound_is_a_lower_bound_on_pixels_that_differ() -> None:
     # However the pixels are matched one to one, at least this share differs by more than t.
-    from mlc_integrations.verify.image_change import _levy_gap
+    from mlc_integrations.verify.image_change.histograms import levy_gap
 
     rng = np.random.default_rng(0)
     a = rng.random(500)
     b = a.copy()
     b[:100] += 0.5  # exactly 100 of 500 moved by more than t
-    bound = _levy_gap(np.sort(a), np.sort(b), 0.1)
+    bound = levy_gap(np.sort(a), np.sort(b), 0.1)
     assert 0.0 < bound <= 100 / 500 + 1e-9
-    assert _levy_gap(np.sort(a), np.sort(a), 0.1) == 0.0
+    assert levy_gap(np.sort(a), np.sort(a), 0.1) == 0.0
 
 
 def test_an_early_refusal_spends_no_comparison_and_the_budget_refuses_past_its_limit(astronaut, coffee) -> None:
@@ -379,14 +379,14 @@ def test_one_shape_elsewhere_on_a_flat_background_is_another_framing_not_a_drift
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_fast_quantile_is_numpys_linear_quantile_to_the_bit(dtype) -> None:
-    from mlc_integrations.verify.image_change import _quantile_linear
+    from mlc_integrations.verify.image_change.maps import quantile_linear
 
     rng = np.random.default_rng(1)
     for n in (2, 5, 577, 96 * 96):
         x = rng.random(n).astype(dtype)
         for q in (0.1, 0.5, 0.75, 0.9):
-            assert _quantile_linear(x, q) == float(np.quantile(x, q))
-            assert _quantile_linear(np.sort(x), q, presorted=True) == float(np.quantile(x, q))
+            assert quantile_linear(x, q) == float(np.quantile(x, q))
+            assert quantile_linear(np.sort(x), q, presorted=True) == float(np.quantile(x, q))
 
 
 # ---------------------------------------------------------------------------- low-contrast edits
@@ -436,13 +436,14 @@ def test_the_fast_helpers_give_exactly_what_the_generic_ones_give() -> None:
     """The comparison's padding and the pre-screen's deciles are hand-rolled for speed; they
     must be the very numbers np.pad and the one-quantile helper give (the rule was calibrated
     on those)."""
-    from mlc_integrations.verify import image_change as ic
+    from mlc_integrations.verify.image_change.histograms import QS, deciles
+    from mlc_integrations.verify.image_change.maps import pad_edge, quantile_linear
 
     rng = np.random.default_rng(3)
     for shape in ((96, 96), (24, 24), (5, 7)):
         x = rng.random(shape, dtype=np.float32)
-        assert np.array_equal(ic._pad_edge(x), np.pad(x, 1, mode="edge"))
+        assert np.array_equal(pad_edge(x), np.pad(x, 1, mode="edge"))
     for n in (9216, 576, 17, 2):
         s = np.sort(rng.random(n, dtype=np.float32))
-        want = np.array([ic._quantile_linear(s, q, presorted=True) for q in ic._QS])
-        assert np.array_equal(ic._deciles(s), want)
+        want = np.array([quantile_linear(s, q, presorted=True) for q in QS])
+        assert np.array_equal(deciles(s), want)
