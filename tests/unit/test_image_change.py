@@ -433,11 +433,11 @@ def test_a_flat_grey_region_given_a_dark_saturated_hue_is_a_colour_change() -> N
 
 
 def test_the_fast_helpers_give_exactly_what_the_generic_ones_give() -> None:
-    """The comparison's padding and the pre-screen's deciles are hand-rolled for speed; they
-    must be the very numbers np.pad and the one-quantile helper give (the rule was calibrated
-    on those)."""
+    """The comparison's padding, median and robust fit and the pre-screen's deciles are
+    hand-rolled for speed; they must be the very numbers np.pad, np.median, np.var /
+    np.quantile and the one-quantile helper give (the rule was calibrated on those)."""
     from mlc_integrations.verify.image_change.histograms import QS, deciles
-    from mlc_integrations.verify.image_change.maps import pad_edge, quantile_linear
+    from mlc_integrations.verify.image_change.maps import median, pad_edge, quantile_linear, robust_affine
 
     rng = np.random.default_rng(3)
     for shape in ((96, 96), (24, 24), (5, 7)):
@@ -447,3 +447,29 @@ def test_the_fast_helpers_give_exactly_what_the_generic_ones_give() -> None:
         s = np.sort(rng.random(n, dtype=np.float32))
         want = np.array([quantile_linear(s, q, presorted=True) for q in QS])
         assert np.array_equal(deciles(s), want)
+    for n in (9216, 9215, 576, 17, 2, 1):
+        x = rng.random(n, dtype=np.float32)
+        assert median(x) == float(np.median(x))
+        for y in (rng.random(n, dtype=np.float32), (0.9 * x + 0.05 + 0.01 * rng.standard_normal(n)).astype(np.float32)):
+            assert robust_affine(x, y) == _robust_affine_by_numpy(x, y)
+
+
+def _robust_affine_by_numpy(x: np.ndarray, y: np.ndarray, gains: tuple[float, float] = (0.7, 1.4)) -> tuple[float, float]:
+    """The robust fit as first written, with numpy's var and quantile (the arithmetic the rule
+    was calibrated on)."""
+    g, o = 1.0, 0.0
+    keep = np.ones(x.shape, bool)
+    for _ in range(2):
+        xs, ys = x[keep], y[keep]
+        if xs.size < 16:
+            break
+        mx, my = xs.mean(), ys.mean()
+        vx = float(xs.var())
+        if vx < 1e-6:
+            g, o = 1.0, float(my - mx)
+        else:
+            g = float(np.clip(((xs - mx) * (ys - my)).mean() / vx, *gains))
+            o = float(my - g * mx)
+        res = np.abs(y - (g * x + o))
+        keep = res <= np.quantile(res, 0.75)
+    return g, o

@@ -18,7 +18,7 @@ import numpy as np
 
 from .alignment import Alignment, align, spectrum_of
 from .descriptor import CELL, CHROMA_SIDE, ImageDescriptor, grey01
-from .maps import blur, local_range, neighbour_min_diff, neighbourhood_range, robust_affine, warp
+from .maps import blur, local_range, median, neighbour_min_diff, neighbourhood_range, robust_affine, warp
 
 
 @dataclass
@@ -134,9 +134,16 @@ def _chroma_of(desc: ImageDescriptor) -> tuple[np.ndarray, list[tuple[np.ndarray
     return v
 
 
+def _grey_std(desc: ImageDescriptor) -> float:
+    v = desc._memo.get("std")
+    if v is None:
+        v = desc._memo["std"] = float(grey01(desc).std())
+    return v
+
+
 def is_flat(stored: ImageDescriptor, new: ImageDescriptor) -> bool:
     """A featureless picture (a flat colour, a blank page) has no shift to find."""
-    return max(float(grey01(stored).std()), float(grey01(new).std())) < FLAT_STD
+    return max(_grey_std(stored), _grey_std(new)) < FLAT_STD
 
 
 def compare(stored: ImageDescriptor, new: ImageDescriptor, alignment: Optional[Alignment] = None) -> ChangeReport:
@@ -176,7 +183,7 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor, alignment: Optional[A
     (a_s, a_range), b_s = _blurred_of(stored), blur(bn)
     d = np.maximum(neighbour_min_diff(a_s, b_s), neighbour_min_diff(b_s, a_s))
     d[~valid] = 0.0
-    noise = float(np.median(d[valid])) if valid.any() else 0.0
+    noise = median(d[valid]) if valid.any() else 0.0
     rep.noise = noise
     # At an edge, half a pixel of residual misalignment or interpolation blur moves grey
     # levels by a share of the local contrast: the threshold grows with it there.
@@ -192,7 +199,7 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor, alignment: Optional[A
     k = n // CHROMA_SIDE
     ca, ca_ranges = _chroma_of(stored)
     cb = new.chroma.astype(np.float32) / 255.0
-    vsmall = valid.reshape(CHROMA_SIDE, k, CHROMA_SIDE, k).mean(axis=(1, 3)) > 0.99
+    vsmall = valid.reshape(CHROMA_SIDE, k, CHROMA_SIDE, k).all(axis=(1, 3))  # every grey pixel under it valid
     colour = np.zeros((CHROMA_SIDE, CHROMA_SIDE), bool)
     if vsmall.any():
         cdiff = np.zeros((CHROMA_SIDE, CHROMA_SIDE), np.float32)
@@ -212,7 +219,7 @@ def compare(stored: ImageDescriptor, new: ImageDescriptor, alignment: Optional[A
             np.maximum(width, np.maximum(hi_a - lo_a, hi_b - lo_b), out=width)
         colour = (cdiff > CHROMA_FLOOR + CHROMA_EDGE_TOLERANCE * width) & vsmall
         rep.colour_area = float(colour.sum() / max(1, vsmall.sum()))
-        changed |= np.kron(colour, np.ones((k, k), bool)) & valid
+        changed |= np.repeat(np.repeat(colour, k, axis=0), k, axis=1) & valid
     # Isolated changed pixels (noise, a JPEG block edge) do not count: a changed pixel needs a changed 4-neighbour.
     p = np.zeros((changed.shape[0] + 2, changed.shape[1] + 2), bool)
     p[1:-1, 1:-1] = changed

@@ -16,14 +16,18 @@ def warp(img: np.ndarray, scale: float, dx: float, dy: float, fill: float = -1.0
     new-picture pixel c + scale * R(angle) (x - c) + (dx, dy); outside it -> ``fill``."""
     n = img.shape[0]
     c = (n - 1) / 2.0
-    t = np.deg2rad(angle)
-    a, b = scale * np.cos(t), -scale * np.sin(t)
-    d, e = scale * np.sin(t), scale * np.cos(t)
+    if angle == 0.0:  # cos 0 = 1 and sin 0 = 0 exactly: the same coefficients without numpy's scalar calls
+        cos_t, sin_t = 1.0, 0.0
+    else:
+        t = np.deg2rad(angle)
+        cos_t, sin_t = float(np.cos(t)), float(np.sin(t))
+    a, b = scale * cos_t, -scale * sin_t
+    d, e = scale * sin_t, scale * cos_t
     coeffs = (a, b, c - (a * c + b * c) + dx, d, e, c - (d * c + e * c) + dy)
-    im = Image.fromarray(img.astype(np.float32), mode="F")
-    out = np.asarray(im.transform((n, n), Image.AFFINE, coeffs, resample=Image.BILINEAR, fillcolor=fill),
-                     dtype=np.float32)
-    return out
+    # The map's own float32 buffer, not a copy (Image.fromarray's mode= path copies and is deprecated).
+    im = Image.frombuffer("F", (img.shape[1], n), np.ascontiguousarray(img, dtype=np.float32), "raw", "F", 0, 1)
+    return np.asarray(im.transform((n, n), Image.AFFINE, coeffs, resample=Image.BILINEAR, fillcolor=fill),
+                      dtype=np.float32)
 
 
 def pad_edge(x: np.ndarray) -> np.ndarray:
@@ -95,23 +99,36 @@ def quantile_linear(x: np.ndarray, q: float, presorted: bool = False) -> float:
     return float(b - d * (1 - t) if t >= 0.5 else a + d * t)
 
 
+def median(x: np.ndarray) -> float:
+    """``np.median`` of a 1-D array (the same arithmetic: the middle order statistic, or the
+    mean of the two middle ones in the array's precision), from one partition."""
+    n = x.size
+    h = n // 2
+    if n % 2:
+        return float(np.partition(x, h)[h])
+    p = np.partition(x, (h - 1, h))
+    return float(np.mean(p[h - 1:h + 1]))
+
+
 def robust_affine(x: np.ndarray, y: np.ndarray, gains: tuple[float, float] = (0.7, 1.4)) -> tuple[float, float]:
     """Gain (within ``gains``: exposure and contrast, not a change of content) and offset
     with y ~ g * x + o, fitted twice (the second time without the quarter of pixels that
     fit worst, so a changed region does not bend the fit)."""
     g, o = 1.0, 0.0
-    keep = np.ones(x.shape, bool)
-    for _ in range(2):
-        xs, ys = x[keep], y[keep]
+    xs, ys = x.ravel(), y.ravel()
+    for fit in range(2):
         if xs.size < 16:
             break
         mx, my = xs.mean(), ys.mean()
-        vx = float(xs.var())
+        dx = xs - mx  # xs.var() computes this again: the same numbers, once
+        vx = float(np.add.reduce(dx * dx) / xs.size)
         if vx < 1e-6:
             g, o = 1.0, float(my - mx)
         else:
-            g = float(np.clip(((xs - mx) * (ys - my)).mean() / vx, *gains))
+            g = float(np.clip((dx * (ys - my)).mean() / vx, *gains))
             o = float(my - g * mx)
-        res = np.abs(y - (g * x + o))
-        keep = res <= quantile_linear(res, 0.75)
+        if fit == 0:
+            res = np.abs(y - (g * x + o))
+            keep = res <= quantile_linear(res, 0.75)
+            xs, ys = x[keep], y[keep]
     return g, o
