@@ -49,6 +49,7 @@ def main() -> int:
 
     torch.set_num_threads(1)
     spent: dict[str, float] = collections.defaultdict(float)
+    calls: collections.Counter[str] = collections.Counter()
 
     def timed(owner: Any, name: str) -> None:
         f: Callable[..., Any] = getattr(owner, name)
@@ -59,7 +60,9 @@ def main() -> int:
             try:
                 return f(*a, **k)
             finally:
-                spent[f"{getattr(owner, '__name__', owner)}.{name}"] += (time.perf_counter() - t0) * 1000.0
+                label = f"{getattr(owner, '__name__', owner)}.{name}"
+                spent[label] += (time.perf_counter() - t0) * 1000.0
+                calls[label] += 1
 
         setattr(owner, name, wrapper)
 
@@ -81,12 +84,14 @@ def main() -> int:
     time.sleep(args.pause)
     totals: dict[tuple[str, str], float] = collections.defaultdict(float)
     kinds: collections.Counter[str] = collections.Counter()
+    counts: collections.Counter[tuple[str, str]] = collections.Counter()
     lookup = lc.MultimodalSemanticCache.lookup
 
     profile = cProfile.Profile() if args.profile else None
 
     def per_lookup(self: Any, *a: Any, **k: Any) -> Any:
         spent.clear()
+        calls.clear()
         t0 = time.perf_counter()
         if profile is not None:
             profile.enable()
@@ -100,6 +105,7 @@ def main() -> int:
         totals[(kind, "lookup (all of it)")] += (time.perf_counter() - t0) * 1000.0
         for what, ms in spent.items():
             totals[(kind, what)] += ms
+            counts[(kind, what)] += calls[what]
         return out
 
     lc.MultimodalSemanticCache.lookup = per_lookup  # type: ignore[method-assign]
@@ -112,7 +118,9 @@ def main() -> int:
     for kind in ("hit", "miss"):
         rows = sorted(((w, ms) for (k, w), ms in totals.items() if k == kind), key=lambda r: -r[1])
         for what, ms in rows:
-            print(f"  {kind:4s} {what:48s} {ms / max(1, kinds[kind]):7.2f} ms per lookup")
+            n = max(1, kinds[kind])
+            per = f"  ({counts[(kind, what)] / n:.2f} calls)" if counts[(kind, what)] else ""
+            print(f"  {kind:4s} {what:48s} {ms / n:7.2f} ms per lookup{per}")
     return 0
 
 
