@@ -2,12 +2,15 @@
 
 Pairs: consecutive and 3-apart pictures of the demo's VQA and camera streams, and consecutive
 kept frames of vtest.avi (JPEG q90) -- 1,039 pairs with the full video, fewer with the
-checkout's excerpt. ``judge`` decides each pair from fresh descriptors (every memo cold),
+checkout's excerpt. ``--photos`` adds the train side of the labelled photo pairs
+(``evaluation.training.image_pairs``: benign copies, content edits, different pictures,
+~1,900 pairs with rotations, crops and rescales the streams do not have; the held-out side
+is never read). ``judge`` decides each pair from fresh descriptors (every memo cold),
 then the accepted pairs again with the stored side's memo warm (as L2 meets a camera's last
 frame). ``--dump`` writes every verdict and report (all fields, every cell) so that two
 checkouts can be checked for identical outputs with ``--same A B``.
 
-    python benchmarks/judge_pairs.py [--dump out.pkl]
+    python benchmarks/judge_pairs.py [--photos] [--dump out.pkl]
     python benchmarks/judge_pairs.py --same a.pkl b.pkl
 """
 
@@ -19,6 +22,16 @@ import pickle
 import sys
 import time
 from typing import Any
+
+
+def _photo_pairs() -> list[tuple[Any, Any]]:
+    from evaluation.training.image_pairs import different_pairs, load_sources, make_pairs, split_sources
+    from mlc_integrations.verify import image_change as ic
+
+    pics, group = load_sources()
+    train, _held = split_sources(group)
+    return [(ic.describe(p.stored), ic.describe(p.new)) for p in make_pairs(pics, train) + different_pairs(pics, train)
+            if p.split == "train"]
 
 
 def _pairs() -> list[tuple[Any, Any]]:
@@ -45,6 +58,7 @@ def _pairs() -> list[tuple[Any, Any]]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--dump", default=None)
+    p.add_argument("--photos", action="store_true")
     p.add_argument("--same", nargs=2, default=None)
     args = p.parse_args()
     if args.same:
@@ -55,7 +69,7 @@ def main() -> int:
 
     from mlc_integrations.verify import image_change as ic
 
-    pairs = _pairs()
+    pairs = _pairs() + (_photo_pairs() if args.photos else [])
     rule = ic.ImageChangeRule.load()
 
     def fresh(d: Any) -> Any:
