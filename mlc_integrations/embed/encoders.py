@@ -25,7 +25,7 @@ from ..images import FINGERPRINT_MODEL, fingerprint
 from ..keys import KeyedRequest
 from .models import ExternalTextEmbedder, TextEmbedder, resolve_text_backend, resolve_text_model
 from .static_text import StaticTextEmbedder, shared_static
-from ..verify.image_change import ImageDescriptor, describe_memoized
+from ..verify.image_change import ImageDescriptor, describe_memoized, text_of
 
 if TYPE_CHECKING:
     from ..store.entries import NewEntry
@@ -229,6 +229,6 @@ class TierEncoders:
         else:
             entry.embed_images = lambda: self.image_vecs(kr, clip)
         if "image_desc" in kr.features or not defer_images:
-            entry.image_descs = [d.to_text() for d in self.image_descriptors(kr)]
+            entry.image_descs = [text_of(d) for d in self.image_descriptors(kr)]
         else:
-            entry.describe_images = lambda: [d.to_text() for d in self.image_descriptors(kr)]
+            entry.describe_images = lambda: [text_of(d) for d in self.image_descriptors(kr)]

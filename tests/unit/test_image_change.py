@@ -473,3 +473,25 @@ def _robust_affine_by_numpy(x: np.ndarray, y: np.ndarray, gains: tuple[float, fl
         res = np.abs(y - (g * x + o))
         keep = res <= np.quantile(res, 0.75)
     return g, o
+
+
+def test_a_stored_descriptor_read_back_is_the_one_that_wrote_it_and_the_memos_are_bounded() -> None:
+    """An entry's evidence, read at a later lookup, is the request's own descriptor (its
+    spectrum and histograms are not computed again); a text this process did not write
+    parses to an equal descriptor; however many pictures pass, each memo keeps at most
+    MEMO_PICTURES of them."""
+    from mlc_integrations.verify.image_change import descriptor as dm
+
+    rng = np.random.default_rng(5)
+    pics = [Image.fromarray((rng.random((40, 50, 3)) * 255).astype(np.uint8)) for _ in range(dm.MEMO_PICTURES + 20)]
+    d = dm.describe_memoized(pics[0], "digest-0")
+    text = dm.text_of(d)
+    assert dm.read_memoized(text) is d and dm.text_of(d) is text
+    foreign = dm.describe(pics[1]).to_text()
+    back = dm.read_memoized(foreign)
+    assert np.array_equal(back.grey, dm.describe(pics[1]).grey) and dm.read_memoized(foreign) is back
+    for i, p in enumerate(pics):
+        dm.text_of(dm.describe_memoized(p, f"digest-{i}"))
+    assert len(dm._BY_DIGEST) <= dm.MEMO_PICTURES and len(dm._BY_FORM) <= dm.MEMO_PICTURES
+    assert dm.read_memoized(dm.text_of(dm.describe_memoized(pics[-1], f"digest-{len(pics) - 1}"))) is \
+        dm.describe_memoized(pics[-1], f"digest-{len(pics) - 1}")

@@ -27,7 +27,7 @@ Everything is numpy + Pillow; ~2-4 ms per candidate (``benchmarks/judge_pairs.py
 from .alignment import ANGLES, CONFIDENT_PEAK, SCALES, Alignment, align
 from .change_map import ChangeReport, compare, is_flat
 from .descriptor import (CELL, CHROMA_SIDE, DESCRIPTOR_MAX_BYTES, GREY_SIDE, DescriptorError, ImageDescriptor,
-                         describe, describe_memoized, descriptor_bytes)
+                         describe, describe_memoized, descriptor_bytes, read_memoized, text_of)
 from .histograms import prescreen
 from .rule import DEFAULT_RULE_PATH, ImageChangeRule, ImageVerdict, describe_alignment
 from .verifier import CLOSE_AREA, CLOSE_REGION, DEFAULT_COMPARISONS, ComparisonBudget, ImageChangeVerifier, judge
@@ -37,5 +37,5 @@ __all__ = [
     "DEFAULT_RULE_PATH", "DESCRIPTOR_MAX_BYTES", "GREY_SIDE", "SCALES", "Alignment", "ChangeReport",
     "ComparisonBudget", "DescriptorError", "ImageChangeRule", "ImageChangeVerifier", "ImageDescriptor",
     "ImageVerdict", "align", "compare", "describe", "describe_alignment", "describe_memoized",
-    "descriptor_bytes", "is_flat", "judge", "prescreen",
+    "descriptor_bytes", "is_flat", "judge", "prescreen", "read_memoized", "text_of",
 ]

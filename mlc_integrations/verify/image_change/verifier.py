@@ -6,10 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Union
 
-from ...runtime.lru import LRU
 from .alignment import ANGLES, CONFIDENT_PEAK, SCALES, align, spectrum_of
 from .change_map import ChangeReport, compare, is_flat
-from .descriptor import ImageDescriptor, grey01
+from .descriptor import ImageDescriptor, grey01, read_memoized
 from .histograms import prescreen
 from .rule import ImageChangeRule, ImageVerdict
 
@@ -121,14 +120,5 @@ class ImageChangeVerifier:
             return ImageVerdict(self.missing == "accept", "" if self.missing == "accept" else "descriptor", None,
                                 missing_why)
         if isinstance(stored, (str, bytes)):
-            # A stored picture is a candidate of many lookups (a camera's last frames): its
-            # parsed descriptor keeps its spectrum and histograms between them.
-            parsed = _PARSED.get(stored)
-            if parsed is None:
-                parsed = ImageDescriptor.from_text(stored) if isinstance(stored, str) else ImageDescriptor.from_bytes(stored)
-                _PARSED.put(stored, parsed)
-            stored = parsed
+            stored = read_memoized(stored)
         return judge(stored, new, self.rule, budget)
-
-
-_PARSED: "LRU[Union[str, bytes], ImageDescriptor]" = LRU(1024)
