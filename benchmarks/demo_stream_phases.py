@@ -2,8 +2,9 @@
 
 Runs one of the demo's streams (``vqa``, ``camera``, ``camera-video``) through
 ``MultimodalSemanticCache()`` as shipped (embedded Chroma in a temporary directory, the
-300 ms oracle), timing the engine's phases inside every lookup: the tiers, L2's
-fingerprint neighbours and candidates, the image judge, the store's reads. Times are wall
+300 ms oracle), timing the phases inside every lookup: the adapter's parse of the prompt (``request``) and
+restore of the stored generations, the engine's keying and tiers, L2's fingerprint
+neighbours and candidates, the image judge, the store's reads. Times are wall
 clock inside the lookup, whichever thread spent them (the write-behind writer's work shows
 up where it ran beside a lookup). ``--pause`` waits that long after building the cache, as
 the demo's later streams find the process warm. ``--profile`` runs the lookups under
@@ -36,6 +37,7 @@ def main() -> int:
     import torch
 
     import mlc_integrations.embed.encoders as enc
+    import mlc_integrations.engine as eng
     import mlc_integrations.langchain.cache as lc
     import mlc_integrations.store.entries as ent
     import mlc_integrations.tiers.exact as exact
@@ -72,7 +74,9 @@ def main() -> int:
                         (ic, "prescreen"), (ent.EntryStore, "fetch"), (ent.EntryStore, "nearest"),
                         (ent.EntryStore, "vectors"), (ent.EntryStore, "image_descriptors"),
                         (enc.TierEncoders, "image_descriptors"), (enc.TierEncoders, "fingerprints"),
-                        (enc.TierEncoders, "image_vecs"), (enc.TierEncoders, "prompt_vec")]:
+                        (enc.TierEncoders, "image_vecs"), (enc.TierEncoders, "prompt_vec"),
+                        (lc.MultimodalSemanticCache, "request"), (lc, "generations_from_payload"),
+                        (eng.MLCEngine, "key"), (eng.MLCEngine, "_lookup")]:
         timed(owner, name)
 
     wl = build(args.stream, quick=args.stream == "camera-video", seed=0)

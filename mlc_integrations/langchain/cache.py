@@ -92,11 +92,38 @@ def is_empty_reply(generations: Sequence[Generation]) -> bool:
     return True
 
 
+_RESTORABLE_BY_ID: dict[tuple[str, ...], type] = {tuple(c.lc_id()): c for c in _RESTORABLE}
+
+
+def _allowed_in(data: Any) -> list[type]:
+    """The restorable classes a payload names: ``load`` computes its allow-list on every call,
+    in proportion to its length, and a stored answer names two or three of the sixteen. Every
+    restorable class when the payload names another (``load`` then refuses it, as it would)."""
+    named: dict[tuple[str, ...], type] = {}
+    todo = [data]
+    while todo:
+        x = todo.pop()
+        if isinstance(x, dict):
+            if x.get("lc") == 1 and x.get("type") == "constructor":
+                try:
+                    cls = _RESTORABLE_BY_ID.get(tuple(x.get("id") or ()))
+                except TypeError:
+                    cls = None
+                if cls is None:
+                    return _RESTORABLE
+                named[tuple(x["id"])] = cls
+            todo.extend(x.values())
+        elif isinstance(x, list):
+            todo.extend(x)
+    return list(named.values()) or _RESTORABLE
+
+
 def _load_generations(data: Any) -> Any:
-    """LangChain's ``load`` restricted to generations and messages (``load`` is marked
-    beta; its one-time warning says nothing actionable to a cache user)."""
+    """LangChain's ``load`` restricted to generations and messages -- to those the payload
+    names, all of them restorable (``load`` is marked beta; its one-time warning says
+    nothing actionable to a cache user)."""
     with _quiet_beta():
-        return load(data, allowed_objects=_RESTORABLE)
+        return load(data, allowed_objects=_allowed_in(data))
 
 
 def generations_payload(generations: list[Generation]) -> dict[str, Any]:

@@ -494,6 +494,26 @@ def test_unreadable_entry_is_a_miss_and_removed(cache: MultimodalSemanticCache) 
     assert cache.stats()["adapter"]["unreadable_entries"] == 1 and cache.engine.count() == 0
 
 
+@pytest.mark.parametrize("named", ["prompt template alone", "prompt template inside a generation"])
+def test_a_stored_payload_naming_a_class_outside_generations_and_messages_is_never_revived(
+        cache: MultimodalSemanticCache, named: str) -> None:
+    from langchain_core.load import dumpd
+    from langchain_core.prompts import PromptTemplate
+
+    from mlc_integrations.langchain.cache import PAYLOAD_FORMAT, PAYLOAD_VERSION
+
+    template = dumpd(PromptTemplate.from_template("Say {x}"))
+    gens = dumpd([Generation(text="x")])
+    if named == "prompt template alone":
+        gens = [template]
+    else:
+        gens[0]["kwargs"]["generation_info"] = {"hidden": template}
+    req, _ = cache.request("Plain prompt", LLM_STRING)
+    cache.engine.update(req, {"format": PAYLOAD_FORMAT, "v": PAYLOAD_VERSION, "generations": gens})
+    assert cache.lookup("Plain prompt", LLM_STRING) is None
+    assert cache.stats()["adapter"]["unreadable_entries"] == 1
+
+
 def test_unreadable_entry_in_strict_mode_is_removed_then_raises(make_engine: Callable[..., MLCEngine]) -> None:
     cache = MultimodalSemanticCache(make_engine(strict=True))
     req, _ = cache.request("Plain prompt", LLM_STRING)
