@@ -37,7 +37,6 @@ class DescriptorError(ValueError):
     """A stored image descriptor that cannot be read (corrupt, truncated, another version)."""
 
 
-# ---------------------------------------------------------------------------- descriptor
 @dataclass(frozen=True)
 class ImageDescriptor:
     """What the comparison needs of one picture (see module docstring)."""
