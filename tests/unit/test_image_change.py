@@ -436,6 +436,7 @@ def test_the_fast_helpers_give_exactly_what_the_generic_ones_give() -> None:
     """The comparison's padding, median and robust fit and the pre-screen's deciles are
     hand-rolled for speed; they must be the very numbers np.pad, np.median, np.var /
     np.quantile and the one-quantile helper give (the rule was calibrated on those)."""
+    from mlc_integrations.verify.image_change.descriptor import block_means
     from mlc_integrations.verify.image_change.histograms import QS, deciles
     from mlc_integrations.verify.image_change.maps import median, pad_edge, quantile_linear, robust_affine
 
@@ -447,6 +448,9 @@ def test_the_fast_helpers_give_exactly_what_the_generic_ones_give() -> None:
         s = np.sort(rng.random(n, dtype=np.float32))
         want = np.array([quantile_linear(s, q, presorted=True) for q in QS])
         assert np.array_equal(deciles(s), want)
+    for _ in range(20):  # the descriptor's colour blocks: a thumbnail's whole-valued pixels
+        a = rng.integers(0, 256, (96, 96, 3)).astype(np.float32)
+        assert np.array_equal(block_means(a, 4), a.reshape(24, 4, 24, 4, 3).mean(axis=(1, 3)))
     for n in (9216, 9215, 576, 17, 2, 1):
         x = rng.random(n, dtype=np.float32)
         assert median(x) == float(np.median(x))

@@ -91,11 +91,19 @@ def describe(img: "Image.Image") -> ImageDescriptor:
     a = np.asarray(small, dtype=np.float32)
     grey = np.clip(a @ np.array([0.299, 0.587, 0.114], np.float32) + 0.5, 0, 255).astype(np.uint8)
     k = GREY_SIDE // CHROMA_SIDE
-    c = a.reshape(CHROMA_SIDE, k, CHROMA_SIDE, k, 3).mean(axis=(1, 3))
+    c = block_means(a, k)
     r, g, b = c[..., 0], c[..., 1], c[..., 2]
     opp = np.stack([(r - g) / 2.0, (r + g) / 4.0 - b / 2.0])  # red-green, yellow-blue, in [-127.5, 127.5]
     chroma = np.clip(opp + 128.0 + 0.5, 0, 255).astype(np.uint8)
     return ImageDescriptor(grey, chroma, rgb.size)
+
+
+def block_means(a: np.ndarray, k: int) -> np.ndarray:
+    """Means of the k x k blocks of a whole-valued float32 (n, n, 3) map: what
+    ``a.reshape(n/k, k, n/k, k, 3).mean(axis=(1, 3))`` gives (sums of whole numbers below 2**24
+    are exact in any order, and k * k is a power of two here), at a third of its cost."""
+    h = sum(a[:, j::k] for j in range(k))
+    return sum(h[i::k] for i in range(k)) / np.float32(k * k)
 
 
 # Descriptors remembered by pixel digest (a request's pictures) and by stored form (an
