@@ -92,9 +92,10 @@ def main() -> int:
     lookup = lc.MultimodalSemanticCache.lookup
 
     profile = cProfile.Profile() if args.profile else None
-    previous: list[str] = []
+    previous = ""
 
     def per_lookup(self: Any, *a: Any, **k: Any) -> Any:
+        nonlocal previous
         spent.clear()
         calls.clear()
         t0 = time.perf_counter()
@@ -108,8 +109,8 @@ def main() -> int:
         kind = "hit" if out is not None else "miss"
         ms_all = (time.perf_counter() - t0) * 1000.0
         # The first hit after a miss follows the model call (the CPU idled through it): apart too.
-        groups = [kind] + (["1st hit after a miss"] if kind == "hit" and previous == ["miss"] else [])
-        previous[:] = [kind]
+        groups = [kind] + (["1st hit after a miss"] if kind == "hit" and previous == "miss" else [])
+        previous = kind
         for group in groups:
             kinds[group] += 1
             totals[(group, "lookup (all of it)")] += ms_all

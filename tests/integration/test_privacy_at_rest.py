@@ -11,17 +11,17 @@ from __future__ import annotations
 from mlc_integrations import StorageOptions, WriteOptions
 from mlc_integrations.ops.server import ChromaServer
 from tests.integration.workers import engine
-from tests.unit.test_isolation import _files, _found, _store_and_find_secret
+from tests.unit._prompt_secret import files, store_and_find_secret, where_found
 
 
 def test_no_prompt_byte_in_any_file_the_server_writes(private_chroma_server: ChromaServer) -> None:
     server = private_chroma_server
     eng = engine(chroma_host=server.host, chroma_port=server.port, writes=WriteOptions(store_prompts=False),
                  storage=StorageOptions(collection_prefix="private"))
-    _store_and_find_secret(eng)
+    store_and_find_secret(eng)
     eng.close()
     server.stop()  # the server persists its segments as it stops
-    files = _files(server.path)
-    assert any(p.name == "data_level0.bin" for p in files), [p.name for p in files]
-    assert sum(p.stat().st_size for p in files) > 10_000
-    assert _found(files) == []
+    written = files(server.path)
+    assert any(p.name == "data_level0.bin" for p in written), [p.name for p in written]
+    assert sum(p.stat().st_size for p in written) > 10_000
+    assert where_found(written) == []

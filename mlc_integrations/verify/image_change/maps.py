@@ -1,7 +1,7 @@
 """Operations on the judge's small float maps (96 x 96 grey, 24 x 24 colour): warping,
-3x3 neighbourhood filters, one quantile and a robust gain/offset fit.
+3x3 neighbourhood filters, one quantile, the median and a robust gain/offset fit.
 
-Each is written for maps this small, where numpy's generic machinery (np.pad, np.quantile)
+Each is written for maps this small, where numpy's generic machinery (np.pad, np.quantile, np.median)
 costs more than the arithmetic; each gives numpy's numbers (tests/unit/test_image_change.py).
 """
 
