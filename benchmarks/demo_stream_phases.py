@@ -124,7 +124,7 @@ def main() -> int:
     print(f"{args.stream}: {res.hits}/{res.n} hits, {res.wrong_hits} wrong, wall {res.wall_s:.1f} s, "
           f"load {os.getloadavg()[0]:.2f}")
     if profile is not None:
-        pstats.Stats(profile).sort_stats("cumulative").print_stats(40)
+        pstats.Stats(profile).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(int(os.environ.get("ROWS", "40")))
         return 0
     for kind in ("hit", "1st hit after a miss", "miss"):
         rows = sorted(((w, ms) for (k, w), ms in totals.items() if k == kind), key=lambda r: -r[1])
