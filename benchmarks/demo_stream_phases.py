@@ -9,9 +9,9 @@ clock inside the lookup, whichever thread spent them (the write-behind writer's 
 up where it ran beside a lookup). ``--pause`` waits that long after building the cache, as
 the demo's later streams find the process warm. ``--profile`` runs the lookups under
 cProfile instead (which inflates Python-heavy code: read its shares, not its times) and
-prints the functions by cumulative time.
+prints the functions by cumulative time (``--sort tottime``: by their own time).
 
-    python benchmarks/demo_stream_phases.py camera-video [--pause 3] [--profile]
+    python benchmarks/demo_stream_phases.py camera-video [--pause 3] [--profile [--sort tottime] [--rows 40]]
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ def main() -> int:
     p.add_argument("stream", choices=("vqa", "camera", "camera-video"))
     p.add_argument("--pause", type=float, default=0.0)
     p.add_argument("--profile", action="store_true")
+    p.add_argument("--sort", default="cumulative", help="with --profile: pstats sort key (cumulative, tottime, ...)")
+    p.add_argument("--rows", type=int, default=40, help="with --profile: functions printed")
     args = p.parse_args()
 
     import torch
@@ -124,7 +126,7 @@ def main() -> int:
     print(f"{args.stream}: {res.hits}/{res.n} hits, {res.wrong_hits} wrong, wall {res.wall_s:.1f} s, "
           f"load {os.getloadavg()[0]:.2f}")
     if profile is not None:
-        pstats.Stats(profile).sort_stats(os.environ.get("SORT", "cumulative")).print_stats(int(os.environ.get("ROWS", "40")))
+        pstats.Stats(profile).sort_stats(args.sort).print_stats(args.rows)
         return 0
     for kind in ("hit", "1st hit after a miss", "miss"):
         rows = sorted(((w, ms) for (k, w), ms in totals.items() if k == kind), key=lambda r: -r[1])

@@ -141,7 +141,10 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.exit == "exception":
         raise RuntimeError("the program fails after the cache acknowledged its update")
     if args.exit == "sigterm":
-        time.sleep(120)  # the parent sends SIGTERM
+        # The parent sends SIGTERM now; a process still alive a minute later writes every
+        # thread's stack (the parent's SIGUSR1 comes too late once the exit has begun).
+        faulthandler.dump_traceback_later(60, exit=False)
+        time.sleep(120)
 
 
 if __name__ == "__main__":
