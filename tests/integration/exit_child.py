@@ -141,10 +141,15 @@ def main(argv: Optional[list[str]] = None) -> None:
     if args.exit == "exception":
         raise RuntimeError("the program fails after the cache acknowledged its update")
     if args.exit == "sigterm":
-        # The parent sends SIGTERM now; a process still alive a minute later writes every
-        # thread's stack (the parent's SIGUSR1 comes too late once the exit has begun).
+        # The parent sends SIGTERM now. Python runs a signal's handler in the main thread
+        # between bytecodes: when the kernel hands the signal to another thread (the
+        # write-behind writer's), one long time.sleep is not interrupted and the handler waits
+        # for its end -- so wait in short sleeps, as a real program's main loop would. A
+        # process still alive a minute later writes every thread's stack.
         faulthandler.dump_traceback_later(60, exit=False)
-        time.sleep(120)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
 
 
 if __name__ == "__main__":
